@@ -1,0 +1,47 @@
+"""Room history -> the messages a model sees, within a size budget per assistant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from collab.chat.models import Assistant, Message, Room
+from collab.llm.client import ChatMessage
+
+
+def build_context(
+    assistant: Assistant, room: Room, history: Sequence[Message], budget_chars: int
+) -> list[ChatMessage]:
+    """System prompt and topic first, then as much recent history as fits, oldest first.
+
+    `history` is the room's messages up to and including the one being answered,
+    oldest first. The assistant's own earlier replies are `assistant` turns; everyone
+    else speaks as `user` with their name in front, so the model knows who said what.
+    The newest message is always included (cut from the front if it alone is too long).
+    """
+    system = assistant.system_prompt.strip()
+    if room.topic:
+        system = f"{system}\n\nThis chat room is about: {room.topic}".strip()
+    system = (
+        f"{system}\n\nYou are @{assistant.handle} ({assistant.display_name}) in the room "
+        f'"{room.name}". Messages from people start with their name.'
+    ).strip()
+    turns: list[ChatMessage] = []
+    used = 0
+    for message in reversed(history):
+        if message.role == Message.Role.ASSISTANT and message.status == Message.Status.STREAMING:
+            continue
+        if not message.text:
+            continue
+        if message.role == Message.Role.ASSISTANT and message.assistant_id == assistant.id:
+            turn: ChatMessage = {"role": "assistant", "content": message.text}
+        else:
+            turn = {"role": "user", "content": f"{message.author_name}: {message.text}"}
+        if used + len(turn["content"]) > budget_chars:
+            if not turns:  # the message being answered: keep its end
+                turn["content"] = turn["content"][-budget_chars:]
+                turns.append(turn)
+            break
+        used += len(turn["content"])
+        turns.append(turn)
+    turns.reverse()
+    return [{"role": "system", "content": system}, *turns]

@@ -1,0 +1,35 @@
+"""Channel-layer group names and the events sent through them.
+
+Every event a room's sockets receive is a `room.frame`: HTML rendered once by the
+sender, plus the few fields a consumer needs to decide, without rendering, whether
+this member should get it (see consumers.RoomConsumer.room_frame).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+FrameKind = Literal["new", "delta", "final", "other"]
+
+
+def room_group(room_id: int) -> str:
+    return f"room.{room_id}"
+
+
+def user_group(user_id: int) -> str:
+    """Every socket of one user, across rooms (used to close them on leave/kick)."""
+    return f"user.{user_id}"
+
+
+class RoomFrame(TypedDict):
+    type: Literal["room.frame"]
+    html: str
+    kind: FrameKind
+    msg: NotRequired[int]  # message id, for new/delta/final
+    offset: NotRequired[int]  # delta: where the piece starts in the reply's text
+
+
+class MembershipEnded(TypedDict):
+    type: Literal["membership.ended"]
+    room_id: int
+    reason: str

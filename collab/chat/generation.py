@@ -1,0 +1,250 @@
+"""Streaming replies: one asyncio task per reply, all in parallel, owned by a process-wide
+registry (not by any socket), each feeding a Coalescer that turns tokens into frames.
+
+    llm.stream_chat ──tokens──> LiveReply.push ──> Coalescer ──frames──> group_send(room)
+
+The reader never waits for the channel layer: pieces are appended in memory and a
+separate flusher sends at most one frame per window (the first piece at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from collab.chat import rendering
+from collab.chat.events import RoomFrame, room_group
+from collab.llm import Endpoint, LLMError, Usage, stream_chat
+from collab.llm.client import ChatMessage
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[int, str], Awaitable[None]]
+
+
+class Coalescer:
+    """Batches pushed text into pieces: the first piece goes at once, then at most one
+    per `window_s`; an idle stream's next piece goes at once again.
+
+    `emit(offset, text)` is awaited for each piece, one at a time, in order; the pieces
+    are contiguous (each offset is the sum of the lengths before it).
+    """
+
+    def __init__(self, window_s: float, emit: Emit) -> None:
+        self.window_s = window_s
+        self.flushed = 0  # characters already handed to emit
+        self._emit = emit
+        self._pending: list[str] = []
+        self._wake = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def push(self, text: str) -> None:
+        self._pending.append(text)
+        self._wake.set()
+
+    async def close(self) -> None:
+        """Flush what is pending now (no window wait) and stop."""
+        self._closing.set()
+        self._wake.set()
+        await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._pending:
+                text = "".join(self._pending)
+                self._pending.clear()
+                offset = self.flushed
+                self.flushed += len(text)
+                await self._emit(offset, text)
+            if self._closing.is_set():
+                if not self._pending:
+                    return
+                continue
+            # Hold the next piece back for the rest of the window; close() cuts it short.
+            try:
+                async with asyncio.timeout(self.window_s):
+                    await self._closing.wait()
+            except TimeoutError:
+                pass
+
+
+@dataclass
+class ReplyJob:
+    """Everything a reply needs, read from the database before it starts."""
+
+    message_id: int
+    room_id: int
+    endpoint: Endpoint
+    model: str
+    messages: list[ChatMessage]
+    temperature: float | None
+    max_tokens: int | None
+
+
+@dataclass
+class Outcome:
+    text: str
+    status: str  # done | stopped | failed
+    error: str = ""
+    ttft_ms: float | None = None
+    tokens: int = 0
+    prompt_tokens: int | None = None
+    duration_ms: float = 0.0
+    tps: float | None = None
+
+
+@dataclass
+class LiveReply:
+    """A reply streaming in this process: what members that connect now are shown."""
+
+    job: ReplyJob
+    parts: list[str] = field(default_factory=list)
+    flushed_parts: list[str] = field(default_factory=list)
+    stop_reason: str = ""
+    task: asyncio.Task[None] | None = None
+
+    def flushed_text(self) -> str:
+        """The text every member has been sent so far (pieces that follow start here)."""
+        return "".join(self.flushed_parts)
+
+
+Finish = Callable[[ReplyJob, Outcome], Awaitable[None]]
+
+
+async def _send_delta(live: LiveReply, group: str, offset: int, text: str) -> None:
+    live.flushed_parts.append(text)
+    frame: RoomFrame = {
+        "type": "room.frame",
+        "kind": "delta",
+        "msg": live.job.message_id,
+        "offset": offset,
+        "html": rendering.frame_delta(live.job.message_id, offset, text),
+    }
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.group_send(group, frame)  # type: ignore[arg-type]
+
+
+async def run_reply(live: LiveReply, finish: Finish) -> None:
+    """Stream one reply to its room, then hand the outcome to `finish` (store + broadcast)."""
+    job = live.job
+    group = room_group(job.room_id)
+    window_s = settings.COLLAB["COALESCE_MS"] / 1000
+
+    async def emit(offset: int, text: str) -> None:
+        await _send_delta(live, group, offset, text)
+
+    coalescer = Coalescer(window_s, emit)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    first_at: float | None = None
+    chunks = 0
+    usage: Usage | None = None
+    status, error = "done", ""
+    try:
+        async with asyncio.timeout(job.endpoint.total_timeout_s):
+            async for item in stream_chat(
+                job.endpoint, job.model, job.messages, temperature=job.temperature, max_tokens=job.max_tokens
+            ):
+                if isinstance(item, Usage):
+                    usage = item
+                    continue
+                if first_at is None:
+                    first_at = loop.time()
+                chunks += 1
+                live.parts.append(item)
+                coalescer.push(item)
+    except LLMError as exc:
+        status, error = "failed", exc.message
+        log.warning("reply %s failed: %s", job.message_id, exc)
+    except TimeoutError:
+        status, error = "failed", f"the reply took longer than {job.endpoint.total_timeout_s:g} s"
+    except asyncio.CancelledError:
+        # stop() sets a reason first; any other cancellation is the process shutting down.
+        status, error = ("stopped", "") if live.stop_reason else ("failed", "the server restarted mid-reply")
+        if not live.stop_reason:
+            await _finish(live, coalescer, finish, started, first_at, chunks, usage, status, error)
+            raise
+    except Exception:  # a bug must not leave the reply streaming forever
+        log.exception("reply %s crashed", job.message_id)
+        status, error = "failed", "internal error"
+    await _finish(live, coalescer, finish, started, first_at, chunks, usage, status, error)
+
+
+async def _finish(
+    live: LiveReply,
+    coalescer: Coalescer,
+    finish: Finish,
+    started: float,
+    first_at: float | None,
+    chunks: int,
+    usage: Usage | None,
+    status: str,
+    error: str,
+) -> None:
+    await coalescer.close()
+    ended = asyncio.get_running_loop().time()
+    tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else chunks
+    streaming_s = ended - first_at if first_at is not None else 0.0
+    outcome = Outcome(
+        text="".join(live.parts),
+        status=status,
+        error=error,
+        ttft_ms=(first_at - started) * 1000 if first_at is not None else None,
+        tokens=tokens,
+        prompt_tokens=usage.prompt_tokens if usage else None,
+        duration_ms=(ended - started) * 1000,
+        # Tokens after the first, over the time they took: the stream's own rate.
+        tps=(tokens - 1) / streaming_s if tokens > 1 and streaming_s > 0 else None,
+    )
+    try:
+        await finish(live.job, outcome)
+    except Exception:
+        log.exception("could not store reply %s", live.job.message_id)
+
+
+class Registry:
+    """The replies streaming in this process, by message id."""
+
+    def __init__(self) -> None:
+        self._live: dict[int, LiveReply] = {}
+
+    def start(self, job: ReplyJob, finish: Finish) -> LiveReply:
+        live = LiveReply(job)
+        self._live[job.message_id] = live
+        task = asyncio.get_running_loop().create_task(run_reply(live, finish), name=f"reply-{job.message_id}")
+        live.task = task
+        task.add_done_callback(lambda _t: self._live.pop(job.message_id, None))
+        return live
+
+    def get(self, message_id: int) -> LiveReply | None:
+        return self._live.get(message_id)
+
+    def stop(self, message_id: int, reason: str = "stopped") -> bool:
+        live = self._live.get(message_id)
+        if live is None or live.task is None or live.task.done():
+            return False
+        live.stop_reason = reason
+        live.task.cancel()
+        return True
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    async def wait_idle(self) -> None:
+        """Wait until no reply is streaming (tests and graceful shutdown); the caller
+        bounds the wait with asyncio.timeout."""
+        while self._live:
+            await asyncio.wait([lr.task for lr in self._live.values() if lr.task is not None])
+            await asyncio.sleep(0)  # let the done-callbacks unregister the finished ones
+
+
+registry = Registry()

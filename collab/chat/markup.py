@@ -1,0 +1,61 @@
+"""Markdown -> sanitised HTML, for user messages and finished replies.
+
+markdown-it-py's "js-default" preset escapes raw HTML and refuses javascript: links;
+nh3 (ammonia) then sanitises the result anyway, so a parser bug cannot become XSS.
+Fenced code is highlighted by Pygments into <span class> markup that nh3 keeps.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+
+import nh3
+from markdown_it import MarkdownIt
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+_formatter = HtmlFormatter(nowrap=True)
+
+
+def _highlight(code: str, lang: str, _attrs: str) -> str:
+    try:
+        lexer = get_lexer_by_name(lang.strip().split()[0]) if lang.strip() else None
+    except ClassNotFound:
+        lexer = None
+    if lexer is None:
+        return html_lib.escape(code)
+    return highlight(code, lexer, _formatter)
+
+
+_md = MarkdownIt("js-default", {"highlight": _highlight, "linkify": False, "typographer": False}).enable(
+    "table"
+)
+
+_TAGS = {
+    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "s", "code", "pre",
+    "blockquote", "ul", "ol", "li", "a", "span", "table", "thead", "tbody", "tr", "th", "td", "img",
+}  # fmt: skip
+_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "img": {"src", "alt", "title"},
+    "code": {"class"},
+    "span": {"class"},
+    "th": {"style"},
+    "td": {"style"},
+    "ol": {"start"},
+}
+
+
+def render_markdown(text: str) -> str:
+    """Sanitised HTML for `text`. Safe to mark safe in a template."""
+    raw = _md.render(text)
+    return nh3.clean(
+        raw,
+        tags=_TAGS,
+        attributes=_ATTRIBUTES,
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
+        filter_style_properties={"text-align"},
+    )

@@ -1,0 +1,160 @@
+"""Rooms, their members and messages; assistants and the providers they call."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+
+HANDLE_RE = r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}"
+handle_validator = RegexValidator(
+    rf"^{HANDLE_RE}$", "A handle is 1-32 letters, digits, '-' or '_', starting with a letter or digit."
+)
+env_name_validator = RegexValidator(
+    r"^[A-Z_][A-Z0-9_]{0,127}$", "The name of an environment variable, e.g. OPENAI_API_KEY."
+)
+
+
+def new_invite_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+class Provider(models.Model):
+    """An OpenAI-compatible endpoint. Its key is read from the environment variable named
+    here at call time; the key itself is never stored."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    base_url = models.URLField(max_length=500)
+    api_key_env = models.CharField(
+        "API key environment variable",
+        max_length=128,
+        blank=True,
+        validators=[env_name_validator],
+        help_text="Name of the environment variable that holds the key (blank: no key).",
+    )
+    default_model = models.CharField(max_length=200)
+    connect_timeout_s = models.FloatField(default=5.0, validators=[MinValueValidator(0.1)])
+    read_timeout_s = models.FloatField(
+        default=30.0, validators=[MinValueValidator(0.1)], help_text="Longest silence between two chunks."
+    )
+    total_timeout_s = models.FloatField(default=300.0, validators=[MinValueValidator(1)])
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Assistant(models.Model):
+    handle = models.CharField(max_length=32, unique=True, validators=[handle_validator])
+    display_name = models.CharField(max_length=100)
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="assistants")
+    model = models.CharField(max_length=200, blank=True, help_text="Blank: the provider's default model.")
+    system_prompt = models.TextField(blank=True, default="You are a helpful assistant in a team chat room.")
+    temperature = models.FloatField(default=0.7, validators=[MinValueValidator(0), MaxValueValidator(2)])
+    max_tokens = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(1)])
+    is_default = models.BooleanField(default=False, help_text="Attached to every new room.")
+
+    class Meta:
+        ordering = ["handle"]
+
+    def __str__(self) -> str:
+        return f"@{self.handle}"
+
+    @property
+    def model_name(self) -> str:
+        return self.model or self.provider.default_model
+
+
+class Room(models.Model):
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=120, unique=True)
+    topic = models.CharField(max_length=500, blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_rooms")
+    created_at = models.DateTimeField(auto_now_add=True)
+    invite_token = models.CharField(max_length=64, unique=True, default=new_invite_token)
+    reply_to_all = models.BooleanField(
+        "reply to every message",
+        default=False,
+        help_text="Messages without a mention invoke every assistant.",
+    )
+    assistants = models.ManyToManyField(Assistant, blank=True, related_name="rooms")
+    # The seq of the newest message; bumped in the same transaction as each insert.
+    last_seq = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        MEMBER = "member"
+
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    joined_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["room", "user"], name="one_membership_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.room}"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    class Status(models.TextChoices):
+        STREAMING = "streaming"
+        DONE = "done"
+        STOPPED = "stopped"
+        FAILED = "failed"
+
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveBigIntegerField()
+    role = models.CharField(max_length=10, choices=Role.choices)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="messages"
+    )
+    assistant = models.ForeignKey(Assistant, null=True, blank=True, on_delete=models.SET_NULL)
+    # Kept as written at the time, so history reads the same after a rename or deletion.
+    author_name = models.CharField(max_length=150)
+    reply_to = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replies"
+    )
+    client_id = models.UUIDField(null=True, blank=True)
+    text = models.TextField(blank=True)
+    html = models.TextField(blank=True, help_text="Sanitised rendering of the final text.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.DONE)
+    error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Reply metrics
+    model = models.CharField(max_length=200, blank=True)
+    ttft_ms = models.FloatField(null=True, blank=True)
+    tokens = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True)
+    tps = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["room", "seq"], name="one_seq_per_room"),
+            models.UniqueConstraint(
+                fields=["room", "author", "client_id"],
+                condition=models.Q(client_id__isnull=False),
+                name="one_post_per_client_id",
+            ),
+        ]
+        indexes = [models.Index(fields=["status"], name="message_status")]
+
+    def __str__(self) -> str:
+        return f"{self.room.slug}#{self.seq} {self.author_name}"

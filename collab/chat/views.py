@@ -1,0 +1,219 @@
+"""Pages: sign-up, my rooms, a room, its settings, invites, health. Writes go through
+services; every page but login, sign-up and /healthz needs a login (middleware)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django import forms
+from django.contrib import messages as flash
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.models import User
+from django.db import connection
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from collab.chat import services
+from collab.chat.models import Assistant, Membership, Room
+from collab.chat.services import ClientError
+
+
+@login_not_required
+@require_http_methods(["GET", "POST"])
+def signup(request: HttpRequest) -> HttpResponse:
+    form: UserCreationForm[User] = UserCreationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        return redirect(request.GET.get("next") or "rooms")
+    return render(request, "registration/signup.html", {"form": form})
+
+
+class RoomForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    topic = forms.CharField(max_length=500, required=False)
+    reply_to_all = forms.BooleanField(required=False, label="Assistants reply to every message")
+
+
+@require_http_methods(["GET", "POST"])
+def _user(request: HttpRequest) -> User:
+    assert isinstance(request.user, User)  # LoginRequiredMiddleware ran first
+    return request.user
+
+
+def rooms(request: HttpRequest) -> HttpResponse:
+    form = RoomForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            room = services.create_room(
+                _user(request),
+                form.cleaned_data["name"],
+                form.cleaned_data["topic"],
+                form.cleaned_data["reply_to_all"],
+            )
+        except ClientError as exc:
+            form.add_error("name", exc.message)
+        else:
+            return redirect("room", slug=room.slug)
+    mine = Room.objects.filter(memberships__user=_user(request)).order_by("name")
+    return render(request, "chat/rooms.html", {"rooms": mine, "form": form})
+
+
+def _membership(request: HttpRequest, slug: str) -> Membership:
+    membership = (
+        Membership.objects.select_related("room").filter(room__slug=slug, user_id=_user(request).pk).first()
+    )
+    if membership is None:
+        # Same answer for "no such room" and "not yours": slugs are not secrets, but
+        # which rooms exist is nobody else's business.
+        raise Http404("No such room, or you are not a member.")
+    return membership
+
+
+@require_GET
+def room(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = _membership(request, slug)
+    the_room = membership.room
+    recent, has_older = services.older_messages(the_room, before_seq=2**62)
+    return render(
+        request,
+        "chat/room.html",
+        {
+            "room": the_room,
+            "membership": membership,
+            "recent": recent,
+            "has_older": has_older,
+            "oldest_seq": recent[0].seq if recent else 0,
+            "members": services.members_of(the_room.id),
+            "assistants": the_room.assistants.all(),
+            "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
+        },
+    )
+
+
+@require_GET
+def room_older(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = _membership(request, slug)
+    try:
+        before = int(request.GET.get("before", ""))
+    except ValueError:
+        return HttpResponse("before must be a number", status=400)
+    older, has_older = services.older_messages(membership.room, before)
+    return render(
+        request,
+        "chat/_older_page.html",
+        {"messages": older, "has_older": has_older, "oldest_seq": older[0].seq if older else 0, "slug": slug},
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def join(request: HttpRequest, token: str) -> HttpResponse:
+    the_room = Room.objects.filter(invite_token=token).first()
+    if the_room is None:
+        return render(request, "chat/join.html", {"invalid": True}, status=404)
+    if Membership.objects.filter(room=the_room, user_id=_user(request).pk).exists():
+        return redirect("room", slug=the_room.slug)
+    if request.method == "POST":
+        services.join_by_invite(_user(request), token)
+        return redirect("room", slug=the_room.slug)
+    return render(request, "chat/join.html", {"room": the_room})
+
+
+@require_POST
+def leave(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = _membership(request, slug)
+    try:
+        services.leave_room(_user(request), membership.room)
+    except ClientError as exc:
+        flash.error(request, exc.message)
+        return redirect("room", slug=slug)
+    flash.success(request, f"You left {membership.room.name}.")
+    return redirect("rooms")
+
+
+class RoomSettingsForm(forms.Form):
+    topic = forms.CharField(max_length=500, required=False)
+    reply_to_all = forms.BooleanField(required=False, label="Assistants reply to every message")
+    assistants = forms.ModelMultipleChoiceField(
+        queryset=Assistant.objects.all(), required=False, widget=forms.CheckboxSelectMultiple
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
+    membership = _membership(request, slug)
+    the_room = membership.room
+    if membership.role != Membership.Role.OWNER:
+        return HttpResponse("Only the room's owner can change its settings.", status=403)
+    if request.method == "POST" and request.POST.get("op") == "reset_invite":
+        services.reset_invite(the_room)
+        flash.success(request, "The old invite link no longer works.")
+        return redirect("room_settings", slug=slug)
+    if request.method == "POST" and request.POST.get("op") == "remove_member":
+        target = Membership.objects.filter(
+            room=the_room, user__username=request.POST.get("username", "")
+        ).first()
+        if target is not None:
+            services.remove_member(the_room, target.user, reason="removed")
+            flash.success(request, f"{target.user.get_username()} was removed.")
+        return redirect("room_settings", slug=slug)
+    initial = {
+        "topic": the_room.topic,
+        "reply_to_all": the_room.reply_to_all,
+        "assistants": the_room.assistants.all(),
+    }
+    form = RoomSettingsForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        services.update_room(
+            the_room,
+            topic=form.cleaned_data["topic"],
+            reply_to_all=form.cleaned_data["reply_to_all"],
+            assistant_ids=[a.pk for a in form.cleaned_data["assistants"]],
+        )
+        flash.success(request, "Saved.")
+        return redirect("room", slug=slug)
+    return render(
+        request,
+        "chat/room_settings.html",
+        {
+            "room": the_room,
+            "form": form,
+            "members": services.members_of(the_room.id),
+            "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
+        },
+    )
+
+
+async def _layer_answers() -> bool:
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    channel = await layer.new_channel()
+    await layer.send(channel, {"type": "health.ping"})
+    async with asyncio.timeout(2):
+        message = await layer.receive(channel)
+    return bool(message.get("type") == "health.ping")
+
+
+@login_not_required
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    checks: dict[str, bool] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = True
+    except Exception:
+        checks["database"] = False
+    try:
+        checks["channel_layer"] = async_to_sync(_layer_answers)()
+    except Exception:
+        checks["channel_layer"] = False
+    ok = all(checks.values())
+    return JsonResponse({"ok": ok, **checks}, status=200 if ok else 503)

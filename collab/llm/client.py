@@ -1,0 +1,170 @@
+"""Streaming chat completions from any OpenAI-compatible endpoint.
+
+One `AsyncOpenAI` per endpoint and event loop, reused (its connection pool is bound to
+the loop that opened it). The stream is read as raw SSE lines through the SDK's
+`with_streaming_response` and decoded here: the SDK's typed chunks cost ~130 us each,
+the raw lines ~5-9 us (ARCHITECTURE.md), and the SDK still does URL, auth, headers,
+retries before the first byte and error mapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import openai
+
+# A chat message as the API takes it: {"role": ..., "content": ...}.
+ChatMessage = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to call a model. `api_key_env` names the variable holding the key."""
+
+    base_url: str
+    api_key_env: str = ""
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+    total_timeout_s: float = 300.0
+    max_retries: int = 2
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+class LLMError(Exception):
+    """A failed call. `kind` is one of: config, connect, timeout, rate_limited, quota,
+    auth, bad_request, server, dropped, stalled."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+_clients: dict[tuple[int, Endpoint, str], openai.AsyncOpenAI] = {}
+
+
+def _api_key(endpoint: Endpoint) -> str:
+    if not endpoint.api_key_env:
+        return "no-key"  # local servers ignore it; the SDK insists on a value
+    key = os.environ.get(endpoint.api_key_env, "")
+    if not key:
+        # The variable's name is safe to show; its value never is.
+        raise LLMError("config", f"the environment variable {endpoint.api_key_env} is not set")
+    return key
+
+
+def client_for(endpoint: Endpoint) -> openai.AsyncOpenAI:
+    key = _api_key(endpoint)
+    loop_id = id(asyncio.get_running_loop())
+    # The key is part of the cache key so that a rotated key takes effect; it is held
+    # in memory only, as the SDK itself holds it.
+    cache_key = (loop_id, endpoint, key)
+    client = _clients.get(cache_key)
+    if client is None:
+        # Drop this endpoint's clients of closed loops or rotated keys.
+        for stale in [k for k in _clients if k[1] == endpoint]:
+            del _clients[stale]
+        timeout = httpx2.Timeout(
+            connect=endpoint.connect_timeout_s,
+            read=endpoint.read_timeout_s,
+            write=endpoint.read_timeout_s,
+            pool=endpoint.connect_timeout_s,
+        )
+        client = openai.AsyncOpenAI(
+            api_key=key, base_url=endpoint.base_url, timeout=timeout, max_retries=endpoint.max_retries
+        )
+        _clients[cache_key] = client
+    return client
+
+
+def _status_error(exc: openai.APIStatusError) -> LLMError:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    code = str(body.get("code") or body.get("type") or "")
+    if exc.status_code == 429:
+        if "quota" in code:
+            return LLMError("quota", "the provider's quota is exhausted")
+        return LLMError("rate_limited", "the provider is rate limiting requests; try again shortly")
+    if exc.status_code in (401, 403):
+        return LLMError("auth", f"the provider refused the key (HTTP {exc.status_code})")
+    if exc.status_code >= 500:
+        return LLMError("server", f"the provider failed (HTTP {exc.status_code})")
+    return LLMError(
+        "bad_request", f"the provider rejected the request (HTTP {exc.status_code}): {exc.message}"[:300]
+    )
+
+
+async def stream_chat(
+    endpoint: Endpoint,
+    model: str,
+    messages: Sequence[ChatMessage],
+    *,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+) -> AsyncIterator[str | Usage]:
+    """Yield the reply's text pieces as they arrive, then a `Usage` if the provider sent one.
+
+    Raises LLMError for every failure, before or after the first piece. The caller
+    applies the total timeout (it owns the clock that also covers its own work).
+    """
+    client = client_for(endpoint)
+    extra: dict[str, Any] = {}
+    if temperature is not None:
+        extra["temperature"] = temperature
+    if max_tokens is not None:
+        extra["max_tokens"] = max_tokens
+    finished = False
+    try:
+        async with client.chat.completions.with_streaming_response.create(  # type: ignore[call-overload]
+            model=model,
+            messages=list(messages),
+            stream=True,
+            stream_options={"include_usage": True},
+            **extra,
+        ) as response:
+            async for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # blank separators, ": keep-alive" comments, "event:" lines
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    finished = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError as exc:
+                    raise LLMError("server", "the provider sent a malformed chunk") from exc
+                if "error" in chunk:
+                    err = chunk["error"]
+                    message = err.get("message", "error") if isinstance(err, dict) else str(err)
+                    raise LLMError("server", f"the provider reported an error mid-stream: {message}"[:300])
+                for choice in chunk.get("choices") or ():
+                    content = (choice.get("delta") or {}).get("content")
+                    if content:
+                        yield content
+                    if choice.get("finish_reason"):
+                        finished = True
+                usage = chunk.get("usage")
+                if usage:
+                    yield Usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    except openai.APITimeoutError as exc:
+        raise LLMError("timeout", "the provider did not answer in time") from exc
+    except openai.APIConnectionError as exc:
+        raise LLMError("connect", "could not reach the provider") from exc
+    except openai.APIStatusError as exc:
+        raise _status_error(exc) from exc
+    except httpx2.ReadTimeout as exc:
+        raise LLMError("stalled", "the provider stopped sending mid-reply") from exc
+    except httpx2.TransportError as exc:
+        raise LLMError("dropped", "the connection to the provider broke mid-reply") from exc
+    if not finished:
+        raise LLMError("dropped", "the provider's stream ended before the reply was complete")

@@ -1,0 +1,203 @@
+"""Settings: every knob comes from the environment, with an embedded default.
+
+With nothing set, collab runs on SQLite (WAL), the in-memory channel layer and the
+default model endpoint described in WIRE.md. See README.md "Configuration".
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw not in (None, "") else default
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+DEBUG = env("DJANGO_DEBUG") == "1"
+# A fixed development key only while DEBUG is on; production must set one.
+SECRET_KEY = env("DJANGO_SECRET_KEY") or ("collab-dev-only-insecure-key" if DEBUG else "")
+if not SECRET_KEY:
+    # Not DEBUG and no key: a per-process random key still lets `make run` work on one
+    # process; sessions then do not survive a restart, which the README says.
+    SECRET_KEY = os.urandom(32).hex()
+
+ALLOWED_HOSTS = [h.strip() for h in env("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o for o in env("CSRF_TRUSTED_ORIGINS").split(",") if o]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "collab.chat",
+    "collab.simulator",
+    "collab.loadtest",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "collab.urls"
+ASGI_APPLICATION = "collab.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+# --- Database -------------------------------------------------------------------
+_sqlite_path = env("COLLAB_SQLITE_PATH", str(BASE_DIR / "db.sqlite3"))
+if env("DATABASE_URL"):
+    DATABASES: dict[str, dict[str, Any]] = {
+        "default": dict(dj_database_url.parse(env("DATABASE_URL"), conn_max_age=0, conn_health_checks=True))
+    }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _sqlite_path,
+            "OPTIONS": {
+                # IMMEDIATE: a write transaction takes the lock at BEGIN, so two concurrent
+                # posts queue on busy_timeout instead of failing on a lock upgrade.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": env("COLLAB_SQLITE_TEST_PATH", str(BASE_DIR / ".test-db.sqlite3"))},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channel layer --------------------------------------------------------------
+REDIS_URL = env("REDIS_URL")
+# Pub/sub: 5x the group_sends/s of the list-based layer and no silent drop at
+# `capacity` (docs/benchmarks.md, "channel layers"). COLLAB_REDIS_LAYER=core picks the
+# list-based one (the `naive` load-test scenario does).
+_redis_layer = env("COLLAB_REDIS_LAYER", "pubsub")
+if REDIS_URL:
+    CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer"
+            if _redis_layer == "core"
+            else "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            # Per-socket queue; a member whose queue is this full is too slow to follow
+            # the room and is disconnected (it reconnects and gets a fresh snapshot).
+            "CONFIG": {"capacity": 5000},
+        }
+    }
+
+# --- Auth -----------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "rooms"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = env("COLLAB_SECURE_COOKIES") == "1"
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / ".staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve from the app folders without collectstatic, so `make run` needs no build step.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("COLLAB_LOG_LEVEL", "INFO")},
+    "loggers": {
+        # httpx logs every request line at INFO; keep the console for our own events.
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+    },
+}
+
+# --- collab ---------------------------------------------------------------------
+# Default model endpoint (WIRE.md). With none set: the embedded local model.
+COLLAB_LLM_BASE_URL = env("COLLAB_LLM_BASE_URL")
+COLLAB_LLM_API_KEY_ENV = "COLLAB_LLM_API_KEY"  # the key's *name*; its value is never stored
+COLLAB_LLM_MODEL = env("COLLAB_LLM_MODEL")
+COLLAB_LOCAL_MODEL_URL = env("COLLAB_LOCAL_MODEL_URL", "http://127.0.0.1:8088/v1")
+
+COLLAB: dict[str, Any] = {
+    # One frame per room per window after the first piece: 30 ms keeps 33 frames/s per
+    # reply, well under the pub/sub layer's 3,000 group_sends/s (ARCHITECTURE.md).
+    "COALESCE_MS": env_float("COLLAB_COALESCE_MS", 30.0),
+    "MAX_MESSAGE_CHARS": env_int("COLLAB_MAX_MESSAGE_CHARS", 8000),
+    # A frame from a browser is a form: text plus htmx headers; 4x the text cap is ample.
+    "MAX_FRAME_BYTES": env_int("COLLAB_MAX_FRAME_BYTES", 64_000),
+    "HISTORY_MESSAGES": 50,  # shown on open and per "older" page
+    # Posting: a burst of 8, then one every 1.5 s, per member and room.
+    "POST_BURST": env_int("COLLAB_POST_BURST", 8),
+    "POST_REFILL_S": env_float("COLLAB_POST_REFILL_S", 1.5),
+    # Model context per assistant, in characters (~4 per token) of room history.
+    "CONTEXT_CHARS": env_int("COLLAB_CONTEXT_CHARS", 12_000),
+    "MAX_CONCURRENT_REPLIES_PER_MESSAGE": 8,
+}

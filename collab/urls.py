@@ -1,0 +1,19 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from collab.chat import views
+
+urlpatterns = [
+    path("", views.rooms, name="rooms"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/signup/", views.signup, name="signup"),
+    path("r/<slug:slug>/", views.room, name="room"),
+    path("r/<slug:slug>/older/", views.room_older, name="room_older"),
+    path("r/<slug:slug>/leave/", views.leave, name="leave"),
+    path("r/<slug:slug>/settings/", views.room_settings, name="room_settings"),
+    path("join/<str:token>/", views.join, name="join"),
+    path("healthz", views.healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+]
