@@ -155,7 +155,8 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".staticfiles"
+STATIC_ROOT = Path(env("COLLAB_STATIC_ROOT", str(BASE_DIR / ".staticfiles")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on a missing root
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

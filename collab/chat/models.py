@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -87,6 +88,15 @@ class Room(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # last_seq belongs to _allocate_seqs alone: saving a Room loaded earlier (an admin
+        # form, a view) must not rewind it, or the next post would reuse a seq.
+        if self.pk is not None and kwargs.get("update_fields") is None and not kwargs.get("force_insert"):
+            kwargs["update_fields"] = [
+                f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "last_seq"
+            ]
+        super().save(*args, **kwargs)
 
 
 class Membership(models.Model):

@@ -1,0 +1,216 @@
+"""Shared fixtures: a real simulated model on a port, the channel layer (in-memory and a
+real Redis), a room with members and assistants, and WebSocket clients that log in
+with a real session cookie."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import channel_layers
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
+from django.test import Client
+
+from collab.chat.generation import registry
+from collab.chat.models import Assistant, Membership, Provider, Room
+from collab.loadtest.frames import Frames
+from collab.simulator.testing import running_simulator_app
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+REDIS_URL = os.environ.get("COLLAB_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def require_redis() -> str:
+    """A live Redis, or a skip (a failure in CI, where a missing service is a bug)."""
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except Exception as exc:
+        if IN_CI:
+            pytest.fail(f"Redis is required in CI and is not answering at {REDIS_URL}: {exc}")
+        pytest.skip(f"no Redis at {REDIS_URL}")
+    return REDIS_URL
+
+
+# --- the simulated model ----------------------------------------------------------------
+
+SIM_TPS = 1500.0  # fast enough to keep tests quick, slow enough that replies interleave
+SIM_TOKENS = 60
+
+
+@pytest.fixture(scope="session")
+def sim() -> Iterator[tuple[str, Any]]:
+    with running_simulator_app(tps=SIM_TPS, ttft_ms=5, reply_tokens=SIM_TOKENS, seed=1) as (url, app):
+        yield url, app
+
+
+@pytest.fixture(scope="session")
+def sim_url(sim: tuple[str, Any]) -> str:
+    return sim[0]
+
+
+# --- channel layers -----------------------------------------------------------------------
+
+
+def _layer_config(kind: str) -> dict[str, Any]:
+    if kind == "redis":
+        return {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [require_redis()], "prefix": f"t{uuid.uuid4().hex[:8]}"},
+        }
+    return {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def layer(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
+    settings.CHANNEL_LAYERS = {"default": _layer_config(request.param)}
+    channel_layers.backends.clear()
+    yield request.param
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+def memory_layer(settings: Any) -> Iterator[None]:
+    settings.CHANNEL_LAYERS = {"default": _layer_config("memory")}
+    channel_layers.backends.clear()
+    yield
+    channel_layers.backends.clear()
+
+
+@pytest.fixture
+async def replies_idle() -> AsyncIterator[None]:
+    """Every test that starts replies ends only when they have all been stored."""
+    yield
+    async with asyncio.timeout(30):
+        await registry.wait_idle()
+    layer = channel_layers.backends.get("default")
+    if layer is not None and hasattr(layer, "flush"):
+        with contextlib.suppress(Exception):
+            await layer.flush()
+
+
+# --- people, rooms, assistants ------------------------------------------------------------
+
+
+@dataclass
+class World:
+    alice: User  # owner
+    bob: User  # member
+    carol: User  # not a member
+    room: Room
+    provider: Provider
+    assistants: dict[str, Assistant]
+
+
+def make_assistant(provider: Provider, handle: str, model: str = "sim", **kw: Any) -> Assistant:
+    return Assistant.objects.create(
+        handle=handle, display_name=handle.upper(), provider=provider, model=model, max_tokens=500, **kw
+    )
+
+
+@pytest.fixture
+def world(transactional_db: None, sim_url: str) -> World:
+    alice = User.objects.create_user("alice", password="pw-alice-123")
+    bob = User.objects.create_user("bob", password="pw-bob-123")
+    carol = User.objects.create_user("carol", password="pw-carol-123")
+    provider = Provider.objects.create(
+        name="sim", base_url=sim_url, default_model="sim", read_timeout_s=2.0, connect_timeout_s=2.0
+    )
+    assistants = {h: make_assistant(provider, h) for h in ("a", "b")}
+    room = Room.objects.create(name="Lab", slug="lab", owner=alice, topic="testing")
+    Membership.objects.create(room=room, user=alice, role=Membership.Role.OWNER)
+    Membership.objects.create(room=room, user=bob)
+    room.assistants.add(*assistants.values())
+    return World(alice, bob, carol, room, provider, assistants)
+
+
+def session_cookie(user: User) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+# --- WebSocket clients --------------------------------------------------------------------
+
+
+class Member:
+    """One connected browser tab, as the wire shows it."""
+
+    def __init__(self, comm: WebsocketCommunicator) -> None:
+        self.comm = comm
+        self.frames = Frames()
+        self.raw: list[str] = []
+
+    async def send(self, **content: Any) -> None:
+        import json
+
+        await self.comm.send_to(text_data=json.dumps(content))
+
+    async def post(self, text: str, client_id: str | None = None) -> str:
+        cid = client_id or str(uuid.uuid4())
+        await self.send(text=text, client_id=cid, HEADERS={"HX-Request": "true"})
+        return cid
+
+    async def pump(self, timeout: float = 1.0) -> str:
+        frame = await self.comm.receive_from(timeout=timeout)
+        self.raw.append(frame)
+        self.frames.feed(frame, time.monotonic())
+        return frame
+
+    async def until(self, done: Callable[[Frames], bool], timeout: float = 15.0) -> Frames:
+        """Read frames until `done` holds: waits for the event, never for a fixed time."""
+        async with asyncio.timeout(timeout):
+            while not done(self.frames):
+                await self.pump(timeout=timeout)
+        return self.frames
+
+    async def assert_silent(self) -> None:
+        assert await self.comm.receive_nothing(timeout=0.2), "unexpected frame"
+
+
+@contextlib.asynccontextmanager
+async def connected(
+    user: User | None, slug: str, origin: bytes | None = b"http://localhost"
+) -> AsyncIterator[tuple[bool, int | None, Member]]:
+    from collab.asgi import application
+
+    headers = []
+    if origin is not None:
+        headers.append((b"origin", origin))
+    if user is not None:
+        cookie = await sync_to_async(session_cookie)(user)
+        headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    comm = WebsocketCommunicator(application, f"/ws/rooms/{slug}/", headers=headers)
+    ok, code = await comm.connect()
+    try:
+        yield ok, code, Member(comm)
+    finally:
+        await comm.disconnect()
+
+
+@contextlib.asynccontextmanager
+async def member(user: User, slug: str = "lab") -> AsyncIterator[Member]:
+    """A connected member, past the snapshot frame."""
+    async with connected(user, slug) as (ok, _code, m):
+        assert ok
+        await m.until(lambda f: f.snapshots >= 1)
+        yield m
+
+
+def reply_ids(frames: Frames, role: str = "assistant") -> list[int]:
+    return sorted(i for i, r in frames.replies.items() if r.role == role)
+
+
+def all_final(frames: Frames, n: int) -> bool:
+    done = [r for r in frames.replies.values() if r.role == "assistant" and r.final_attrs]
+    return len(done) >= n

@@ -1,0 +1,269 @@
+"""The live room over a WebSocket: connect checks, posting, parallel streamed replies,
+reconnects, stop and regenerate, with the in-memory layer and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from channels.db import database_sync_to_async
+
+from collab.chat.generation import registry
+from collab.chat.models import Message
+from collab.loadtest.frames import Frames
+from tests.conftest import World, all_final, connected, member, reply_ids
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer", "replies_idle")]
+
+
+async def slow(world: World, handle: str = "a") -> None:
+    """Make an assistant's replies take ~0.4 s, so a test can act while one streams."""
+    assistant = world.assistants[handle]
+    assistant.model = "sim+slow"
+    await database_sync_to_async(assistant.save)()
+
+
+def messages() -> list[Message]:
+    return list(Message.objects.order_by("seq"))
+
+
+amessages = database_sync_to_async(messages)
+
+
+def assert_integrity(frames: Frames, stored: dict[int, Message]) -> None:
+    for msg_id, reply in frames.replies.items():
+        if reply.role != "assistant":
+            continue
+        assert (reply.lost, reply.duplicated, reply.out_of_order) == (0, 0, 0), msg_id
+        assert reply.text == stored[msg_id].text, msg_id
+
+
+# --- connecting ---------------------------------------------------------------------------
+
+
+async def test_member_gets_snapshot(world: World) -> None:
+    async with member(world.alice) as m:
+        assert m.frames.snapshots == 1
+        assert 'id="members"' in m.raw[0]
+        assert "bob" in m.raw[0]
+
+
+@pytest.mark.parametrize("who", ["carol", "anonymous"])
+async def test_non_member_is_accepted_then_closed_4403(world: World, who: str) -> None:
+    user = world.carol if who == "carol" else None
+    async with connected(user, "lab") as (ok, _code, m):
+        assert ok
+        out = await m.comm.receive_output(timeout=2)
+        assert out == {"type": "websocket.close", "code": 4403}
+
+
+async def test_unknown_room_is_closed_4403(world: World) -> None:
+    async with connected(world.alice, "no-such-room") as (ok, _code, m):
+        assert ok
+        assert (await m.comm.receive_output(timeout=2))["code"] == 4403
+
+
+@pytest.mark.parametrize("origin", [b"http://evil.example", None])
+async def test_foreign_or_missing_origin_is_refused_at_handshake(world: World, origin: bytes | None) -> None:
+    async with connected(world.alice, "lab", origin=origin) as (ok, _code, _m):
+        assert not ok
+
+
+# --- posting ------------------------------------------------------------------------------
+
+
+async def test_post_is_stored_and_broadcast_to_every_member(world: World) -> None:
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        await alice.post("hello room, no mention")
+        for m in (alice, bob):
+            await m.until(lambda f: any(r.role == "user" for r in f.replies.values()))
+    stored = await amessages()
+    assert [(x.seq, x.author_name, x.text) for x in stored] == [(1, "alice", "hello room, no mention")]
+    assert len(registry) == 0  # no mention, room not "reply to every message": no reply
+
+
+async def test_repeated_client_id_posts_once(world: World) -> None:
+    async with member(world.alice) as alice:
+        cid = str(uuid.uuid4())
+        await alice.post("once", client_id=cid)
+        await alice.post("once", client_id=cid)
+        await alice.post("twice")
+        await alice.until(lambda f: len(reply_ids(f, "user")) >= 2)
+        await alice.assert_silent()
+    assert [x.text for x in await amessages()] == ["once", "twice"]
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ({"text": ""}, "message.empty"),
+        ({"text": "   \n "}, "message.empty"),
+        ({"text": "x" * 8001}, "message.too_long"),
+        ({"text": 5}, "message.invalid"),
+        ({"text": "hi", "client_id": "not-a-uuid"}, "message.invalid_client_id"),
+        ({"action": "dance"}, "action.unknown"),
+        ({"action": "stop", "message_id": "x"}, "message.invalid_id"),
+        ({"action": "stop", "message_id": 999999}, "message.not_found"),
+    ],
+)
+async def test_bad_input_is_an_error_to_the_sender_only(world: World, frame: dict[str, object], code: str) -> None:
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        await alice.send(**frame)
+        await alice.until(lambda f: bool(f.errors))
+        assert alice.frames.errors[0][0] == code
+        await bob.assert_silent()
+    assert await amessages() == []
+
+
+@pytest.mark.parametrize("raw", ["{not json", "[1, 2]", '"text"'])
+async def test_malformed_frame_is_an_error(world: World, raw: str) -> None:
+    async with member(world.alice) as alice:
+        await alice.comm.send_to(text_data=raw)
+        await alice.until(lambda f: bool(f.errors))
+        assert alice.frames.errors[0][0] == "frame.malformed"
+    assert await amessages() == []
+
+
+async def test_unknown_mention_is_posted_and_sender_told_once(world: World) -> None:
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        await alice.post("@nobody @nobody hey @bob, see @Nobody")
+        await alice.until(lambda f: bool(f.errors) and bool(reply_ids(f, "user")))
+        await alice.assert_silent()
+        assert [c for c, _ in alice.frames.errors] == ["mention.unknown"]
+        assert "@nobody" in alice.frames.errors[0][1]
+        await bob.until(lambda f: bool(reply_ids(f, "user")))
+        assert bob.frames.errors == []
+    assert [x.text for x in await amessages()] == ["@nobody @nobody hey @bob, see @Nobody"]
+
+
+async def test_rate_limit(world: World, settings: object) -> None:
+    settings.COLLAB = {**settings.COLLAB, "POST_BURST": 3, "POST_REFILL_S": 3600}  # type: ignore[attr-defined]
+    async with member(world.bob) as bob:
+        for i in range(4):
+            await bob.post(f"m{i}")
+        await bob.until(lambda f: bool(f.errors) and len(reply_ids(f, "user")) == 3)
+        assert bob.frames.errors[0][0] == "rate.limited"
+    assert len(await amessages()) == 3
+
+
+# --- replies ------------------------------------------------------------------------------
+
+
+async def test_two_assistants_stream_in_parallel_to_two_members(world: World) -> None:
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        await alice.post("@a @b hello")
+        for m in (alice, bob):
+            await m.until(lambda f: all_final(f, 2))
+    stored = {x.id: x for x in await amessages()}
+    replies = [x for x in stored.values() if x.role == "assistant"]
+    assert sorted(x.author_name for x in replies) == ["A", "B"]
+    assert all(x.status == "done" and x.text and x.tokens and x.ttft_ms is not None for x in replies)
+    for m in (alice, bob):
+        assert_integrity(m.frames, stored)
+        a, b = (m.frames.replies[x.id] for x in replies)
+        # Interleaved: each reply's first piece came before the other's last piece.
+        assert a.first_piece_at is not None and b.first_piece_at is not None
+        assert a.first_piece_at < b.piece_times[-1][1] and b.first_piece_at < a.piece_times[-1][1]
+        assert a.pieces > 1 and b.pieces > 1
+        for r in (a, b):
+            assert r.final_attrs["data-status"] == "done"
+            assert {"data-ttft-ms", "data-tokens", "data-tps"} <= set(r.final_attrs)
+
+
+async def test_all_mention_and_reply_to_every_message(world: World) -> None:
+    async with member(world.alice) as alice:
+        await alice.post("@all what now?")
+        await alice.until(lambda f: all_final(f, 2))
+        world.room.reply_to_all = True
+        await database_sync_to_async(world.room.save)()
+        await alice.post("no mention here")
+        await alice.until(lambda f: all_final(f, 4))
+    stored = await amessages()
+    assert [x.role for x in stored] == ["user", "assistant", "assistant", "user", "assistant", "assistant"]
+    assert [x.seq for x in stored] == [1, 2, 3, 4, 5, 6]
+
+
+async def test_reply_outlives_the_askers_socket(world: World) -> None:
+    await slow(world)
+    async with member(world.bob) as bob:
+        async with member(world.alice) as alice:
+            await alice.post("@a tell me a story")
+            await alice.until(lambda f: any(r.pieces for r in f.replies.values()))
+        # Alice closed her tab mid-reply; the reply goes on for Bob and is stored.
+        await bob.until(lambda f: all_final(f, 1))
+    stored = {x.id: x for x in await amessages()}
+    reply = next(x for x in stored.values() if x.role == "assistant")
+    assert reply.status == "done"
+    assert_integrity(bob.frames, stored)
+
+
+async def test_reconnect_mid_reply_continues_from_the_snapshot(world: World) -> None:
+    await slow(world)
+    async with member(world.alice) as alice:
+        await alice.post("@a a long answer please")
+        await alice.until(lambda f: any(r.pieces >= 2 for r in f.replies.values()))
+        async with member(world.bob) as late:
+            live = [(r.id, r.status, len(r.text)) for r in late.frames.replies.values() if r.role == "assistant"]
+            await late.until(lambda f: all_final(f, 1))
+        await alice.until(lambda f: all_final(f, 1))
+    stored = {x.id: x for x in await amessages()}
+    assert_integrity(late.frames, stored)
+    assert_integrity(alice.frames, stored)
+    # The late member joined mid-reply: it saw the text so far, then the rest as pieces.
+    [(reply_id, status, length_at_connect)] = live
+    assert status == "streaming" and length_at_connect > 0
+    assert f'data-length="{length_at_connect}"' in late.raw[0]
+    assert late.frames.replies[reply_id].pieces >= 1
+
+
+async def test_stop_keeps_partial_text(world: World) -> None:
+    await slow(world)
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        await alice.post("@a go on and on")
+        await alice.until(lambda f: any(r.pieces for r in f.replies.values() if r.role == "assistant"))
+        reply_id = reply_ids(alice.frames)[0]
+        await bob.send(action="stop", message_id=reply_id)  # not the asker, not the owner
+        await bob.until(lambda f: bool(f.errors))
+        assert bob.frames.errors[0][0] == "reply.forbidden"
+        await alice.send(action="stop", message_id=reply_id)
+        await alice.until(lambda f: all_final(f, 1))
+    reply = await database_sync_to_async(Message.objects.get)(pk=reply_id)
+    assert reply.status == "stopped"
+    assert alice.frames.replies[reply_id].text == reply.text
+
+
+async def test_regenerate_adds_a_new_reply(world: World) -> None:
+    async with member(world.bob) as bob:
+        await bob.post("@b first")
+        await bob.until(lambda f: all_final(f, 1))
+        first = reply_ids(bob.frames)[0]
+        await bob.send(action="regenerate", message_id=first)
+        await bob.until(lambda f: all_final(f, 2))
+    stored = await amessages()
+    assert [(x.seq, x.role) for x in stored] == [(1, "user"), (2, "assistant"), (3, "assistant")]
+    assert stored[2].reply_to_id == stored[0].id
+
+
+async def test_leaving_closes_the_members_sockets(world: World) -> None:
+    from collab.chat import services
+
+    async with connected(world.bob, "lab") as (ok, _code, bob):
+        assert ok
+        await bob.until(lambda f: f.snapshots == 1)
+        await database_sync_to_async(services.leave_room)(world.bob, world.room)
+        await bob.until(lambda f: bool(f.errors))
+        assert bob.frames.errors[-1][0] == "room.left"
+        assert (await bob.comm.receive_output(timeout=2))["code"] == 4403
+
+
+async def test_concurrent_posts_get_distinct_increasing_seqs(world: World) -> None:
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        for i in range(6):
+            await alice.post(f"alice {i}")
+            await bob.post(f"bob {i}")
+        await alice.until(lambda f: len(reply_ids(f, "user")) == 12)
+    stored = await amessages()
+    assert [x.seq for x in stored] == list(range(1, 13))
+    seqs_seen = [alice.frames.replies[i].seq for i in sorted(alice.frames.replies)]
+    assert seqs_seen == sorted(seqs_seen)
