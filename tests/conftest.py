@@ -22,6 +22,7 @@ from django.test import Client
 
 from collab.chat.generation import registry
 from collab.chat.models import Assistant, Membership, Provider, Room
+from collab.llm.client import aclose_clients
 from collab.loadtest.frames import Frames
 from collab.simulator.testing import running_simulator_app
 
@@ -93,6 +94,7 @@ async def replies_idle() -> AsyncIterator[None]:
     yield
     async with asyncio.timeout(30):
         await registry.wait_idle()
+    await aclose_clients()
     layer = channel_layers.backends.get("default")
     if layer is not None and hasattr(layer, "flush"):
         with contextlib.suppress(Exception):

@@ -59,14 +59,18 @@ class Coalescer:
             await self._wake.wait()
             self._wake.clear()
             if self._pending:
-                text = "".join(self._pending)
+                # Window 0 is "no coalescing" (the load test's naive baseline): a frame per token.
+                texts = ["".join(self._pending)] if self.window_s > 0 else list(self._pending)
                 self._pending.clear()
-                offset = self.flushed
-                self.flushed += len(text)
-                await self._emit(offset, text)
+                for text in texts:
+                    offset = self.flushed
+                    self.flushed += len(text)
+                    await self._emit(offset, text)
             if self._closing.is_set():
                 if not self._pending:
                     return
+                continue
+            if self.window_s <= 0:
                 continue
             # Hold the next piece back for the rest of the window; close() cuts it short.
             try:

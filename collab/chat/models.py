@@ -41,6 +41,9 @@ class Provider(models.Model):
         default=30.0, validators=[MinValueValidator(0.1)], help_text="Longest silence between two chunks."
     )
     total_timeout_s = models.FloatField(default=300.0, validators=[MinValueValidator(1)])
+    max_retries = models.PositiveSmallIntegerField(
+        default=2, help_text="Retries before the first byte (429 and 5xx, honouring Retry-After)."
+    )
 
     def __str__(self) -> str:
         return self.name

@@ -123,6 +123,7 @@ def endpoint_of(provider: Provider) -> Endpoint:
         connect_timeout_s=provider.connect_timeout_s,
         read_timeout_s=provider.read_timeout_s,
         total_timeout_s=provider.total_timeout_s,
+        max_retries=provider.max_retries,
     )
 
 
@@ -347,7 +348,7 @@ def _create_replies(
     ]
 
 
-def _store_post(
+def store_post(
     user_id: int, room_id: int, text: str, client_id: uuid.UUID | None
 ) -> tuple[PostResult, list[Message], list[ReplyJob]]:
     try:
@@ -391,7 +392,7 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     clean_text, parsed_id = check_post(text, client_id)
     if not post_buckets.take((user_id, room_id)):
         raise ClientError("rate.limited", "You are sending messages too fast; wait a moment.")
-    result, replies, jobs = await database_sync_to_async(_store_post)(user_id, room_id, clean_text, parsed_id)
+    result, replies, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id)
     if result.created:
         await broadcast(
             room_id,

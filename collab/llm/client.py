@@ -88,6 +88,13 @@ def client_for(endpoint: Endpoint) -> openai.AsyncOpenAI:
     return client
 
 
+async def aclose_clients() -> None:
+    """Close the clients of the running loop (tests, and a server shutting down)."""
+    loop_id = id(asyncio.get_running_loop())
+    for key in [k for k in _clients if k[0] == loop_id]:
+        await _clients.pop(key).close()
+
+
 def _status_error(exc: openai.APIStatusError) -> LLMError:
     body = exc.body if isinstance(exc.body, dict) else {}
     code = str(body.get("code") or body.get("type") or "")

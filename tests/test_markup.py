@@ -1,0 +1,74 @@
+"""Rendered Markdown is sanitised: no script, no event handlers, no javascript: links, no raw HTML."""
+
+from html.parser import HTMLParser
+
+import pytest
+
+from collab.chat.markup import render_markdown
+
+DANGEROUS = pytest.mark.parametrize(
+    "source",
+    [
+        "<script>alert(1)</script>",
+        "<img src=x onerror=alert(1)>",
+        "[click](javascript:alert(1))",
+        "[click](JaVaScRiPt:alert(1))",
+        "![x](javascript:alert(1))",
+        '<a href="javascript:alert(1)">x</a>',
+        "<iframe src=//evil.example></iframe>",
+        '<div onclick="alert(1)">hi</div>',
+        "<style>body{display:none}</style>",
+        "[x](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    ],
+)
+
+
+class _Elements(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found.append((tag, dict(attrs)))
+
+
+def elements(html: str) -> list[tuple[str, dict[str, str | None]]]:
+    parser = _Elements()
+    parser.feed(html)
+    return parser.found
+
+
+@DANGEROUS
+def test_dangerous_input_is_neutralised(source: str) -> None:
+    for tag, attrs in elements(render_markdown(source)):
+        assert tag not in {"script", "iframe", "style", "div", "object", "embed"}, tag
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        for name in ("href", "src"):
+            value = (attrs.get(name) or "").strip().lower()
+            assert not value.startswith(("javascript:", "data:", "vbscript:")), (tag, attrs)
+
+
+def test_raw_html_is_shown_as_text() -> None:
+    html = render_markdown("<b>bold?</b> <img src=x onerror=alert(1)>")
+    assert "<b>" not in html and "&lt;b&gt;" in html
+    assert "<img" not in html
+
+
+def test_markdown_renders() -> None:
+    html = render_markdown("# Title\n\n**bold** and `code` and [link](https://example.com)\n\n- a\n- b")
+    assert "<h1>Title</h1>" in html
+    assert "<strong>bold</strong>" in html
+    assert "<code>code</code>" in html
+    assert '<a href="https://example.com" rel="noopener noreferrer nofollow">link</a>' in html
+    assert "<li>a</li>" in html
+
+
+def test_code_is_highlighted_and_kept_safe() -> None:
+    html = render_markdown('```python\nprint("<script>")\n```')
+    assert '<span class="nb">print</span>' in html
+    assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_unknown_language_is_escaped_plain() -> None:
+    html = render_markdown("```nosuchlang\n<b>x</b>\n```")
+    assert "&lt;b&gt;x&lt;/b&gt;" in html

@@ -1,0 +1,153 @@
+"""Pages: accounts, rooms, invites, leaving, settings, older messages, health."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from collab.chat import services
+from collab.chat.models import Assistant, Membership, Message, Room
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alice() -> User:
+    return User.objects.create_user("alice", password="pw-alice-123")
+
+
+@pytest.fixture
+def logged_in(alice: User) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+def test_pages_need_login(client: Client) -> None:
+    for url in ["/", "/r/x/", "/r/x/settings/", "/join/abc/"]:
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_signup_logs_in(client: Client) -> None:
+    response = client.post(
+        "/accounts/signup/",
+        {"username": "newbie", "password1": "a-long-pass-123", "password2": "a-long-pass-123"},
+    )
+    assert response.status_code == 302
+    assert client.get("/").status_code == 200
+
+
+def test_login_page_and_post(client: Client, alice: User) -> None:
+    assert client.get("/accounts/login/").status_code == 200
+    response = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice-123"})
+    assert response.status_code == 302 and "sessionid" in response.cookies
+
+
+def test_create_room_makes_owner_with_default_assistant(logged_in: Client, alice: User) -> None:
+    response = logged_in.post("/", {"name": "Team Room", "topic": "plans"})
+    assert response.status_code == 302 and response["Location"] == "/r/team-room/"
+    room = Room.objects.get(slug="team-room")
+    assert room.owner == alice and room.topic == "plans"
+    assert Membership.objects.get(room=room, user=alice).role == "owner"
+    assert [a.handle for a in room.assistants.all()] == ["assistant"]
+    # a second room of the same name gets its own slug
+    logged_in.post("/", {"name": "Team Room"})
+    assert Room.objects.filter(slug="team-room-2").exists()
+    page = logged_in.get("/r/team-room/")
+    assert page.status_code == 200
+    assert b"htmx-2.min.js" in page.content and b'ws-connect="/ws/rooms/team-room/"' in page.content
+
+
+def test_bad_room_name_is_refused(logged_in: Client) -> None:
+    response = logged_in.post("/", {"name": "!!!"})
+    assert response.status_code == 200 and b"at least one letter" in response.content
+    assert not Room.objects.exists()
+
+
+def test_non_member_gets_404(logged_in: Client) -> None:
+    bob = User.objects.create_user("bob", password="x-pass-123")
+    services.create_room(bob, "Secret")
+    assert logged_in.get("/r/secret/").status_code == 404
+    assert logged_in.get("/r/secret/older/?before=5").status_code == 404
+
+
+def test_invite_join_leave(logged_in: Client, alice: User) -> None:
+    bob = User.objects.create_user("bob", password="x-pass-123")
+    room = services.create_room(bob, "Bobs")
+    page = logged_in.get(f"/join/{room.invite_token}/")
+    assert page.status_code == 200 and b"Join Bobs" in page.content
+    assert not Membership.objects.filter(room=room, user=alice).exists()  # GET changes nothing
+    assert logged_in.post(f"/join/{room.invite_token}/").status_code == 302
+    assert Membership.objects.filter(room=room, user=alice, role="member").exists()
+    assert logged_in.get("/join/not-a-token/").status_code == 404
+    assert logged_in.post("/r/bobs/leave/").status_code == 302
+    assert not Membership.objects.filter(room=room, user=alice).exists()
+
+
+def test_owner_cannot_leave(logged_in: Client, alice: User) -> None:
+    room = services.create_room(alice, "Mine")
+    logged_in.post("/r/mine/leave/")
+    assert Membership.objects.filter(room=room, user=alice).exists()
+
+
+def test_reset_invite_invalidates_old_link(logged_in: Client, alice: User) -> None:
+    room = services.create_room(alice, "Mine")
+    old = room.invite_token
+    logged_in.post("/r/mine/settings/", {"op": "reset_invite"})
+    room.refresh_from_db()
+    assert room.invite_token != old
+    bob = Client()
+    bob.force_login(User.objects.create_user("bob", password="x-pass-123"))
+    assert bob.get(f"/join/{old}/").status_code == 404
+
+
+def test_settings_owner_only_and_attach_assistants(logged_in: Client, alice: User) -> None:
+    room = services.create_room(alice, "Mine")
+    extra = Assistant.objects.create(
+        handle="extra", display_name="Extra", provider=room.assistants.get().provider
+    )
+    response = logged_in.post(
+        "/r/mine/settings/", {"topic": "new", "reply_to_all": "on", "assistants": [extra.pk]}
+    )
+    assert response.status_code == 302
+    room.refresh_from_db()
+    assert room.topic == "new" and room.reply_to_all
+    assert [a.handle for a in room.assistants.all()] == ["extra"]
+    bob = User.objects.create_user("bob", password="x-pass-123")
+    Membership.objects.create(room=room, user=bob)
+    other = Client()
+    other.force_login(bob)
+    assert other.get("/r/mine/settings/").status_code == 403
+
+
+def test_older_messages_page(logged_in: Client, alice: User) -> None:
+    room = services.create_room(alice, "Busy")
+    for seq in range(1, 121):
+        Message.objects.create(
+            room=room, seq=seq, role="user", author=alice, author_name="alice", text=f"m{seq}"
+        )
+    page = logged_in.get("/r/busy/")
+    assert b'data-seq="120"' in page.content and b'data-seq="70"' not in page.content
+    assert b"?before=71" in page.content
+    older = logged_in.get("/r/busy/older/?before=71")
+    assert b'data-seq="70"' in older.content and b'data-seq="21"' in older.content
+    assert b'data-seq="20"' not in older.content and b"?before=21" in older.content
+    assert logged_in.get("/r/busy/older/?before=x").status_code == 400
+
+
+def test_healthz(client: Client) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"ok": True, "database": True, "channel_layer": True}
+
+
+def test_room_save_never_rewinds_seq(alice: User) -> None:
+    room = services.create_room(alice, "Seq")
+    stale = Room.objects.get(pk=room.pk)
+    Room.objects.filter(pk=room.pk).update(last_seq=10)
+    stale.topic = "changed"
+    stale.save()
+    room.refresh_from_db()
+    assert room.last_seq == 10 and room.topic == "changed"
