@@ -270,3 +270,22 @@ async def test_concurrent_posts_get_distinct_increasing_seqs(world: World) -> No
     assert [x.seq for x in stored] == list(range(1, 13))
     seqs_seen = [alice.frames.replies[i].seq for i in sorted(alice.frames.replies)]
     assert seqs_seen == sorted(seqs_seen)
+
+
+async def test_orphaned_streaming_reply_is_failed_on_snapshot(world: World) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    def make() -> tuple[int, int]:
+        kw = {"room": world.room, "role": "assistant", "assistant": world.assistants["a"], "author_name": "A"}
+        old = Message.objects.create(seq=1, status="streaming", text="half", **kw)
+        Message.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(hours=1))
+        recent = Message.objects.create(seq=2, status="streaming", text="other process", **kw)
+        return old.pk, recent.pk
+
+    old, recent = await database_sync_to_async(make)()
+    async with member(world.alice) as alice:
+        assert alice.frames.replies[old].status == "failed"
+        assert alice.frames.replies[recent].status == "streaming"  # may be live elsewhere
+    assert (await database_sync_to_async(Message.objects.get)(pk=old)).status == "failed"

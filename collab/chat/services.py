@@ -516,6 +516,28 @@ def older_messages(room: Room, before_seq: int) -> tuple[list[Message], bool]:
     return _recent(room.id, before_seq)
 
 
+ORPHAN_GRACE_S = 30  # beyond the provider's total timeout, so no live owner is overtaken
+
+
+def _end_orphans(candidates: list[Message]) -> None:
+    """Replies left `streaming` by a process that died: fail them once no process could
+    still own them (older than their provider's total timeout)."""
+    now = timezone.now()
+    for message in candidates:
+        limit = Provider.objects.filter(assistants__id=message.assistant_id).values_list(
+            "total_timeout_s", flat=True
+        )
+        total = next(iter(limit), 300.0)
+        if (now - message.created_at).total_seconds() > total + ORPHAN_GRACE_S:
+            updated = Message.objects.filter(pk=message.pk, status=Message.Status.STREAMING).update(
+                status=Message.Status.FAILED,
+                error="interrupted: the server stopped mid-reply",
+                finished_at=now,
+            )
+            if updated:
+                message.refresh_from_db()
+
+
 async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, float]]:
     """The frames a member gets on (re)connect, and the `floors` that keep what follows
     gap-free and duplicate-free for that member.
@@ -527,6 +549,9 @@ async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, fl
     takes no piece at all (floor = inf) and only a whole `final` article replaces it.
     """
     messages, has_older = await database_sync_to_async(_recent)(room_id)
+    orphans = [m for m in messages if m.status == Message.Status.STREAMING and registry.get(m.id) is None]
+    if orphans:
+        await database_sync_to_async(_end_orphans)(orphans)
     members = await database_sync_to_async(members_of)(room_id)
     live_texts: dict[int, str] = {}
     floors: dict[int, float] = {}
