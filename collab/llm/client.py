@@ -131,6 +131,7 @@ async def stream_chat(
     if max_tokens is not None:
         extra["max_tokens"] = max_tokens
     finished = False
+    responded = False  # past the status line: a failure from here on is mid-stream
     try:
         async with client.chat.completions.with_streaming_response.create(  # type: ignore[call-overload]
             model=model,
@@ -139,6 +140,7 @@ async def stream_chat(
             stream_options={"include_usage": True},
             **extra,
         ) as response:
+            responded = True
             async for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue  # blank separators, ": keep-alive" comments, "event:" lines
@@ -163,15 +165,15 @@ async def stream_chat(
                 usage = chunk.get("usage")
                 if usage:
                     yield Usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
-    except openai.APITimeoutError as exc:
+    except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
+        if responded:
+            raise LLMError("stalled", "the provider stopped sending mid-reply") from exc
         raise LLMError("timeout", "the provider did not answer in time") from exc
-    except openai.APIConnectionError as exc:
+    except (openai.APIConnectionError, httpx2.TransportError) as exc:
+        if responded:
+            raise LLMError("dropped", "the connection to the provider broke mid-reply") from exc
         raise LLMError("connect", "could not reach the provider") from exc
     except openai.APIStatusError as exc:
         raise _status_error(exc) from exc
-    except httpx2.ReadTimeout as exc:
-        raise LLMError("stalled", "the provider stopped sending mid-reply") from exc
-    except httpx2.TransportError as exc:
-        raise LLMError("dropped", "the connection to the provider broke mid-reply") from exc
     if not finished:
         raise LLMError("dropped", "the provider's stream ended before the reply was complete")
