@@ -524,10 +524,8 @@ def _end_orphans(candidates: list[Message]) -> None:
     still own them (older than their provider's total timeout)."""
     now = timezone.now()
     for message in candidates:
-        limit = Provider.objects.filter(assistants__id=message.assistant_id).values_list(
-            "total_timeout_s", flat=True
-        )
-        total = next(iter(limit), 300.0)
+        providers = Provider.objects.filter(assistants__id=message.assistant_id or 0)
+        total = next(iter(providers.values_list("total_timeout_s", flat=True)), 300.0)
         if (now - message.created_at).total_seconds() > total + ORPHAN_GRACE_S:
             updated = Message.objects.filter(pk=message.pk, status=Message.Status.STREAMING).update(
                 status=Message.Status.FAILED,
