@@ -1,12 +1,14 @@
 from django.contrib import admin
+from django.db import models
 
 from collab.chat.models import Assistant, Membership, Message, Provider, Room
 
 
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
-    list_display = ["name", "base_url", "api_key_env", "default_model", "read_timeout_s", "total_timeout_s"]
+    list_display = ["name", "base_url", "api_key_env", "default_model", "max_concurrency", "price_output_per_m"]
     search_fields = ["name", "base_url"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
 
 @admin.register(Assistant)

@@ -72,9 +72,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def membership_ended(self, event: MembershipEnded) -> None:
         if event["room_id"] == self.room_id:
-            await self.send(
-                text_data=rendering.frame_error("room.left", "You are no longer a member of this room.")
-            )
+            await self.send(text_data=rendering.frame_error("room.left", "You are no longer a member of this room."))
             await self.close(code=CLOSE_FORBIDDEN)
 
     # --- client actions -----------------------------------------------------------------
@@ -88,9 +86,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=rendering.frame_error(exc.code, exc.message))
         except Exception:
             log.exception("action failed in room %s", self.room_id)
-            await self.send(
-                text_data=rendering.frame_error("server.error", "Something went wrong; try again.")
-            )
+            await self.send(text_data=rendering.frame_error("server.error", "Something went wrong; try again."))
 
     async def _act(self, text_data: str | None) -> None:
         assert self.room_id is not None and self.user_id is not None

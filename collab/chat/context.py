@@ -8,9 +8,7 @@ from collab.chat.models import Assistant, Message, Room
 from collab.llm.client import ChatMessage
 
 
-def build_context(
-    assistant: Assistant, room: Room, history: Sequence[Message], budget_chars: int
-) -> list[ChatMessage]:
+def build_context(assistant: Assistant, room: Room, history: Sequence[Message], budget_chars: int) -> list[ChatMessage]:
     """System prompt and topic first, then as much recent history as fits, oldest first.
 
     `history` is the room's messages up to and including the one being answered,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from channels.layers import get_channel_layer
@@ -19,8 +20,9 @@ from django.conf import settings
 
 from collab.chat import rendering
 from collab.chat.events import RoomFrame, room_group
-from collab.llm import Endpoint, LLMError, Usage, stream_chat
+from collab.llm import LLMError, Usage
 from collab.llm.client import ChatMessage
+from collab.llm.pool import ProviderConfig, stream_reply
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,7 @@ class ReplyJob:
 
     message_id: int
     room_id: int
-    endpoint: Endpoint
+    provider: ProviderConfig
     model: str
     messages: list[ChatMessage]
     temperature: float | None
@@ -113,6 +115,7 @@ class LiveReply:
     parts: list[str] = field(default_factory=list)
     flushed_parts: list[str] = field(default_factory=list)
     stop_reason: str = ""
+    queued: bool = False  # waiting for a slot under the provider's concurrency cap
     task: asyncio.Task[None] | None = None
 
     def flushed_text(self) -> str:
@@ -121,6 +124,18 @@ class LiveReply:
 
 
 Finish = Callable[[ReplyJob, Outcome], Awaitable[None]]
+
+
+async def _send_state(live: LiveReply, group: str, text: str) -> None:
+    frame: RoomFrame = {
+        "type": "room.frame",
+        "kind": "other",
+        "msg": live.job.message_id,
+        "html": rendering.frame_state(live.job.message_id, text),
+    }
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.group_send(group, frame)  # type: ignore[arg-type]
 
 
 async def _send_delta(live: LiveReply, group: str, offset: int, text: str) -> None:
@@ -153,11 +168,34 @@ async def run_reply(live: LiveReply, finish: Finish) -> None:
     chunks = 0
     usage: Usage | None = None
     status, error = "done", ""
+
+    async def on_queued(position: int) -> None:
+        live.queued = True
+        await _send_state(live, group, f"queued ({position} ahead)" if position > 1 else "queued")
+
+    async def on_started(_base_url: str) -> None:
+        nonlocal started
+        started = loop.time()  # time to first token is the model's, not the queue's
+        if live.queued:
+            live.queued = False
+            await _send_state(live, group, "writing…")
+
     try:
-        async with asyncio.timeout(job.endpoint.total_timeout_s):
-            async for item in stream_chat(
-                job.endpoint, job.model, job.messages, temperature=job.temperature, max_tokens=job.max_tokens
-            ):
+        async with (
+            asyncio.timeout(job.provider.total_timeout_s),
+            aclosing(
+                stream_reply(
+                    job.provider,
+                    job.model,
+                    job.messages,
+                    temperature=job.temperature,
+                    max_tokens=job.max_tokens,
+                    on_queued=on_queued,
+                    on_started=on_started,
+                )
+            ) as stream,
+        ):
+            async for item in stream:
                 if isinstance(item, Usage):
                     usage = item
                     continue
@@ -170,7 +208,7 @@ async def run_reply(live: LiveReply, finish: Finish) -> None:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)
     except TimeoutError:
-        status, error = "failed", f"the reply took longer than {job.endpoint.total_timeout_s:g} s"
+        status, error = "failed", f"the reply took longer than {job.provider.total_timeout_s:g} s"
     except asyncio.CancelledError:
         # stop() sets a reason first; any other cancellation is the process shutting down.
         status, error = ("stopped", "") if live.stop_reason else ("failed", "the server restarted mid-reply")

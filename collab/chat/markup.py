@@ -29,9 +29,7 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
     return highlight(code, lexer, _formatter)
 
 
-_md = MarkdownIt("js-default", {"highlight": _highlight, "linkify": False, "typographer": False}).enable(
-    "table"
-)
+_md = MarkdownIt("js-default", {"highlight": _highlight, "linkify": False, "typographer": False}).enable("table")
 
 _TAGS = {
     "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "s", "code", "pre",

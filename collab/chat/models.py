@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import secrets
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
 from django.db import models
 
 HANDLE_RE = r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}"
@@ -44,9 +46,42 @@ class Provider(models.Model):
     max_retries = models.PositiveSmallIntegerField(
         default=2, help_text="Retries before the first byte (429 and 5xx, honouring Retry-After)."
     )
+    extra_base_urls = models.TextField(
+        blank=True,
+        help_text="More endpoints of the same pool, one URL per line. Each request goes to the healthy "
+        "endpoint with the fewest streams in flight.",
+    )
+    unhealthy_s = models.FloatField(
+        default=30.0,
+        validators=[MinValueValidator(0)],
+        help_text="How long an endpoint that failed before its first token is avoided.",
+    )
+    max_concurrency = models.PositiveIntegerField(
+        default=0,
+        help_text="Streams at once per server process (0: no cap). Requests beyond it queue, in order.",
+    )
+    price_input_per_m = models.DecimalField(
+        "price per 1M input tokens", max_digits=10, decimal_places=4, default=Decimal(0)
+    )
+    price_output_per_m = models.DecimalField(
+        "price per 1M output tokens", max_digits=10, decimal_places=4, default=Decimal(0)
+    )
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def base_urls(self) -> list[str]:
+        extra = [u.strip() for u in self.extra_base_urls.splitlines() if u.strip()]
+        return [self.base_url, *[u for u in extra if u != self.base_url]]
+
+    def clean(self) -> None:
+        for url in self.extra_base_urls.splitlines():
+            if url.strip():
+                try:
+                    URLValidator(schemes=["http", "https"])(url.strip())
+                except ValidationError:
+                    raise ValidationError({"extra_base_urls": f"Not a URL: {url.strip()[:100]}"}) from None
 
 
 class Assistant(models.Model):
@@ -139,9 +174,7 @@ class Message(models.Model):
     assistant = models.ForeignKey(Assistant, null=True, blank=True, on_delete=models.SET_NULL)
     # Kept as written at the time, so history reads the same after a rename or deletion.
     author_name = models.CharField(max_length=150)
-    reply_to = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replies"
-    )
+    reply_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replies")
     client_id = models.UUIDField(null=True, blank=True)
     text = models.TextField(blank=True)
     html = models.TextField(blank=True, help_text="Sanitised rendering of the final text.")
@@ -156,6 +189,7 @@ class Message(models.Model):
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
     tps = models.FloatField(null=True, blank=True)
+    cost = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True, help_text="US dollars")
 
     class Meta:
         ordering = ["seq"]

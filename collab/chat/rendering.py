@@ -17,11 +17,12 @@ _messages = get_template("chat/_frame_messages.html")
 _delta = get_template("chat/_frame_delta.html")
 _error = get_template("chat/_frame_error.html")
 _members = get_template("chat/_members.html")
+_state = get_template("chat/_frame_state.html")
 
 
-def article(message: Message, *, live_text: str | None = None, oob: bool = False) -> str:
+def article(message: Message, *, live_text: str | None = None, oob: bool = False, state: str = "") -> str:
     """One message. `live_text` is the text so far of a reply still streaming here."""
-    return _article.render({"m": message, "live_text": live_text, "oob": oob})
+    return _article.render({"m": message, "live_text": live_text, "oob": oob, "state": state})
 
 
 def frame_new(messages: Iterable[Message]) -> str:
@@ -39,10 +40,15 @@ def frame_delta(message_id: int, offset: int, text: str) -> str:
 
 
 def frame_snapshot(
-    messages: Sequence[Message], live_texts: dict[int, str], *, has_older: bool, room_slug: str
+    messages: Sequence[Message],
+    live_texts: dict[int, str],
+    *,
+    has_older: bool,
+    room_slug: str,
+    queued: frozenset[int] = frozenset(),
 ) -> str:
     """The room's recent messages, replacing the list: the first frame after (re)connect."""
-    items = [(m, live_texts.get(m.id)) for m in messages]
+    items = [(m, live_texts.get(m.id), "queued" if m.id in queued else "") for m in messages]
     return _messages.render(
         {
             "items": items,
@@ -52,6 +58,11 @@ def frame_snapshot(
             "oldest_seq": messages[0].seq if messages else 0,
         }
     ).strip()
+
+
+def frame_state(message_id: int, text: str) -> str:
+    """The state label of a streaming reply (queued, writing)."""
+    return _state.render({"id": message_id, "text": text}).strip()
 
 
 def frame_error(code: str, text: str) -> str:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -21,6 +23,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -32,7 +35,7 @@ from collab.chat.events import MembershipEnded, RoomFrame, room_group, user_grou
 from collab.chat.generation import Outcome, ReplyJob, registry
 from collab.chat.markup import render_markdown
 from collab.chat.models import Assistant, Membership, Message, Provider, Room
-from collab.llm import Endpoint
+from collab.llm.pool import ProviderConfig
 
 log = logging.getLogger(__name__)
 
@@ -78,35 +81,91 @@ def members_of(room_id: int) -> list[dict[str, object]]:
 # --- defaults from the environment --------------------------------------------------
 
 
+def _split_urls(value: str) -> tuple[str, str]:
+    """ "url1,url2,..." -> (first, the rest one per line): an endpoint pool."""
+    urls = [u.strip() for u in value.split(",") if u.strip()]
+    return (urls[0] if urls else ""), "\n".join(urls[1:])
+
+
 def default_endpoint_settings() -> dict[str, str]:
     """The default provider as WIRE.md configures it: COLLAB_LLM_* first, then
     OPENAI_API_KEY alone for the OpenAI API, else the embedded local model."""
-    import os
-
     if settings.COLLAB_LLM_BASE_URL:
+        base_url, extra = _split_urls(settings.COLLAB_LLM_BASE_URL)
         return {
-            "base_url": settings.COLLAB_LLM_BASE_URL,
+            "base_url": base_url,
+            "extra_base_urls": extra,
             "api_key_env": settings.COLLAB_LLM_API_KEY_ENV if os.environ.get("COLLAB_LLM_API_KEY") else "",
             "default_model": settings.COLLAB_LLM_MODEL or "default",
         }
     if os.environ.get("OPENAI_API_KEY"):
         return {
             "base_url": "https://api.openai.com/v1",
+            "extra_base_urls": "",
             "api_key_env": "OPENAI_API_KEY",
             "default_model": settings.COLLAB_LLM_MODEL or "gpt-4o-mini",
         }
     return {
         "base_url": settings.COLLAB_LOCAL_MODEL_URL,
+        "extra_base_urls": "",
         "api_key_env": "",
         "default_model": settings.COLLAB_LLM_MODEL or "smollm2-135m-instruct",
     }
 
 
+_ENV_NUMBERS = {
+    "CONNECT_TIMEOUT": "connect_timeout_s",
+    "READ_TIMEOUT": "read_timeout_s",
+    "TOTAL_TIMEOUT": "total_timeout_s",
+    "MAX_RETRIES": "max_retries",
+    "MAX_CONCURRENCY": "max_concurrency",
+    "UNHEALTHY_S": "unhealthy_s",
+    "PRICE_INPUT": "price_input_per_m",
+    "PRICE_OUTPUT": "price_output_per_m",
+}
+
+
+def env_providers() -> dict[str, dict[str, Any]]:
+    """Providers named in COLLAB_PROVIDERS, each from COLLAB_PROVIDER_<NAME>_* variables
+    (README "Providers from the environment"). Raises ImproperlyConfigured when one is
+    incomplete or malformed, naming the variable."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw in os.environ.get("COLLAB_PROVIDERS", "").split(","):
+        name = raw.strip().lower()
+        if not name:
+            continue
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", name) or name == "default":
+            raise ImproperlyConfigured(f"COLLAB_PROVIDERS: {name!r} is not a valid provider name")
+        prefix = f"COLLAB_PROVIDER_{name.upper().replace('-', '_')}_"
+        base_url, extra = _split_urls(os.environ.get(prefix + "BASE_URL", ""))
+        model = os.environ.get(prefix + "MODEL", "")
+        if not base_url or not model:
+            raise ImproperlyConfigured(f"{prefix}BASE_URL and {prefix}MODEL are required")
+        values: dict[str, Any] = {
+            "base_url": base_url,
+            "extra_base_urls": extra,
+            "default_model": model,
+            "api_key_env": os.environ.get(prefix + "API_KEY_ENV", f"{name.upper().replace('-', '_')}_API_KEY"),
+        }
+        for suffix, fieldname in _ENV_NUMBERS.items():
+            value = os.environ.get(prefix + suffix)
+            if value:
+                try:
+                    values[fieldname] = Decimal(value) if fieldname.startswith("price") else float(value)
+                except (ValueError, ArithmeticError):
+                    raise ImproperlyConfigured(f"{prefix}{suffix} must be a number, not {value!r}") from None
+        out[name] = values
+    return out
+
+
 def ensure_default_assistant() -> Assistant:
-    """The provider named "default" follows the environment; its assistant @assistant
-    is attached to new rooms."""
-    values = default_endpoint_settings()
-    provider, _ = Provider.objects.update_or_create(name="default", defaults=values)
+    """Providers follow the environment: "default" (WIRE.md) and those in COLLAB_PROVIDERS,
+    each with an assistant of the same handle. Returns the default assistant, which
+    new rooms get."""
+    provider, _ = Provider.objects.update_or_create(name="default", defaults=default_endpoint_settings())
+    for name, values in env_providers().items():
+        extra, _ = Provider.objects.update_or_create(name=name, defaults=values)
+        Assistant.objects.get_or_create(handle=name, defaults={"display_name": name.title(), "provider": extra})
     assistant = Assistant.objects.filter(is_default=True).select_related("provider").first()
     if assistant is None:
         assistant, _ = Assistant.objects.get_or_create(
@@ -116,14 +175,23 @@ def ensure_default_assistant() -> Assistant:
     return assistant
 
 
-def endpoint_of(provider: Provider) -> Endpoint:
-    return Endpoint(
-        base_url=provider.base_url,
+def provider_config(provider: Provider) -> ProviderConfig:
+    return ProviderConfig(
+        name=provider.name,
+        base_urls=tuple(provider.base_urls),
         api_key_env=provider.api_key_env,
         connect_timeout_s=provider.connect_timeout_s,
         read_timeout_s=provider.read_timeout_s,
         total_timeout_s=provider.total_timeout_s,
         max_retries=provider.max_retries,
+        max_concurrency=provider.max_concurrency,
+        unhealthy_s=provider.unhealthy_s,
+    )
+
+
+def reply_cost(provider: Provider, prompt_tokens: int, completion_tokens: int) -> Decimal:
+    return (provider.price_input_per_m * prompt_tokens + provider.price_output_per_m * completion_tokens) / Decimal(
+        1_000_000
     )
 
 
@@ -151,9 +219,7 @@ def create_room(owner: User, name: str, topic: str = "", reply_to_all: bool = Fa
         slug = base if attempt == 0 else f"{base}-{attempt + 1}"
         try:
             with transaction.atomic():
-                room = Room.objects.create(
-                    name=name, slug=slug, topic=topic, owner=owner, reply_to_all=reply_to_all
-                )
+                room = Room.objects.create(name=name, slug=slug, topic=topic, owner=owner, reply_to_all=reply_to_all)
                 Membership.objects.create(room=room, user=owner, role=Membership.Role.OWNER)
                 room.assistants.add(default_assistant)
                 return room
@@ -254,9 +320,7 @@ def check_post(text: object, client_id: object) -> tuple[str, uuid.UUID | None]:
         raise ClientError("message.empty", "An empty message was not sent.")
     limit = settings.COLLAB["MAX_MESSAGE_CHARS"]
     if len(text) > limit:
-        raise ClientError(
-            "message.too_long", f"A message is at most {limit:,} characters; this one has {len(text):,}."
-        )
+        raise ClientError("message.too_long", f"A message is at most {limit:,} characters; this one has {len(text):,}.")
     parsed: uuid.UUID | None = None
     if client_id not in (None, ""):
         try:
@@ -320,7 +384,7 @@ def _reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[R
             ReplyJob(
                 message_id=reply.id,
                 room_id=room.id,
-                endpoint=endpoint_of(assistant.provider),
+                provider=provider_config(assistant.provider),
                 model=assistant.model_name,
                 messages=build_context(assistant, room, history, budget),
                 temperature=assistant.temperature,
@@ -330,9 +394,7 @@ def _reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[R
     return jobs
 
 
-def _create_replies(
-    room: Room, answered: Message, assistants: list[Assistant], first_seq: int
-) -> list[Message]:
+def _create_replies(room: Room, answered: Message, assistants: list[Assistant], first_seq: int) -> list[Message]:
     return [
         Message.objects.create(
             room=room,
@@ -353,15 +415,11 @@ def store_post(
 ) -> tuple[PostResult, list[Message], list[ReplyJob]]:
     try:
         with transaction.atomic():
-            membership = (
-                Membership.objects.select_related("user").filter(room_id=room_id, user_id=user_id).first()
-            )
+            membership = Membership.objects.select_related("user").filter(room_id=room_id, user_id=user_id).first()
             if membership is None:
                 raise ClientError("room.forbidden", "You are not a member of this room.")
             if client_id is not None:
-                existing = Message.objects.filter(
-                    room_id=room_id, author_id=user_id, client_id=client_id
-                ).first()
+                existing = Message.objects.filter(room_id=room_id, author_id=user_id, client_id=client_id).first()
                 if existing is not None:
                     return PostResult(existing, created=False), [], []
             room = Room.objects.get(pk=room_id)
@@ -413,7 +471,11 @@ def _start(jobs: list[ReplyJob]) -> None:
 
 
 def _store_outcome(job: ReplyJob, outcome: Outcome) -> Message:
-    message = Message.objects.select_related("assistant").get(pk=job.message_id)
+    message = Message.objects.select_related("assistant__provider").get(pk=job.message_id)
+    if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
+        outcome.prompt_tokens = sum(len(m["content"]) for m in job.messages) // 4
+    if message.assistant is not None:
+        message.cost = reply_cost(message.assistant.provider, outcome.prompt_tokens, outcome.tokens)
     message.text = outcome.text
     message.html = render_markdown(outcome.text) if outcome.text else ""
     message.status = outcome.status
@@ -460,9 +522,7 @@ def _check_stop(user_id: int, room_id: int, message_id: object) -> Message:
     message, membership = _reply_in_room(user_id, room_id, message_id)
     asker = message.reply_to.author_id if message.reply_to else None
     if user_id != asker and membership.role != Membership.Role.OWNER:
-        raise ClientError(
-            "reply.forbidden", "Only the person who asked or the room's owner can stop a reply."
-        )
+        raise ClientError("reply.forbidden", "Only the person who asked or the room's owner can stop a reply.")
     if message.status != Message.Status.STREAMING:
         raise ClientError("reply.not_streaming", "This reply has already ended.")
     return message
@@ -561,7 +621,8 @@ async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, fl
             floors[m.id] = len(text)
         else:
             floors[m.id] = NO_FLOOR
-    html = rendering.frame_snapshot(messages, live_texts, has_older=has_older, room_slug=room_slug)
+    queued = frozenset(m.id for m in messages if (lr := registry.get(m.id)) is not None and lr.queued)
+    html = rendering.frame_snapshot(messages, live_texts, has_older=has_older, room_slug=room_slug, queued=queued)
     return html, rendering.frame_members(members), floors
 
 
@@ -569,9 +630,5 @@ def room_for_socket(user: Any, slug: str) -> tuple[int, str] | None:
     """(room id, slug) when `user` may connect to the room's socket, else None."""
     if not getattr(user, "is_authenticated", False):
         return None
-    row = (
-        Membership.objects.filter(room__slug=slug, user_id=user.pk)
-        .values_list("room_id", "room__slug")
-        .first()
-    )
+    row = Membership.objects.filter(room__slug=slug, user_id=user.pk).values_list("room_id", "room__slug").first()
     return row

@@ -66,9 +66,7 @@ def rooms(request: HttpRequest) -> HttpResponse:
 
 
 def _membership(request: HttpRequest, slug: str) -> Membership:
-    membership = (
-        Membership.objects.select_related("room").filter(room__slug=slug, user_id=_user(request).pk).first()
-    )
+    membership = Membership.objects.select_related("room").filter(room__slug=slug, user_id=_user(request).pk).first()
     if membership is None:
         # Same answer for "no such room" and "not yours": slugs are not secrets, but
         # which rooms exist is nobody else's business.
@@ -156,9 +154,7 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
         flash.success(request, "The old invite link no longer works.")
         return redirect("room_settings", slug=slug)
     if request.method == "POST" and request.POST.get("op") == "remove_member":
-        target = Membership.objects.filter(
-            room=the_room, user__username=request.POST.get("username", "")
-        ).first()
+        target = Membership.objects.filter(room=the_room, user__username=request.POST.get("username", "")).first()
         if target is not None:
             services.remove_member(the_room, target.user, reason="removed")
             flash.success(request, f"{target.user.get_username()} was removed.")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,15 @@ def _api_key(endpoint: Endpoint) -> str:
     return key
 
 
+async def _final_quota(response: httpx2.Response) -> None:
+    """An exhausted quota is final: tell the SDK not to retry it as it retries other 429s
+    (the SDK obeys `x-should-retry`; it reads nothing else of a 429 before retrying)."""
+    if response.status_code == 429:
+        await response.aread()
+        if b"insufficient_quota" in response.content:
+            response.headers["x-should-retry"] = "false"
+
+
 def client_for(endpoint: Endpoint) -> openai.AsyncOpenAI:
     key = _api_key(endpoint)
     loop_id = id(asyncio.get_running_loop())
@@ -82,7 +91,11 @@ def client_for(endpoint: Endpoint) -> openai.AsyncOpenAI:
             pool=endpoint.connect_timeout_s,
         )
         client = openai.AsyncOpenAI(
-            api_key=key, base_url=endpoint.base_url, timeout=timeout, max_retries=endpoint.max_retries
+            api_key=key,
+            base_url=endpoint.base_url,
+            timeout=timeout,
+            max_retries=endpoint.max_retries,
+            http_client=openai.DefaultAsyncHttpxClient(timeout=timeout, event_hooks={"response": [_final_quota]}),
         )
         _clients[cache_key] = client
     return client
@@ -106,9 +119,7 @@ def _status_error(exc: openai.APIStatusError) -> LLMError:
         return LLMError("auth", f"the provider refused the key (HTTP {exc.status_code})")
     if exc.status_code >= 500:
         return LLMError("server", f"the provider failed (HTTP {exc.status_code})")
-    return LLMError(
-        "bad_request", f"the provider rejected the request (HTTP {exc.status_code}): {exc.message}"[:300]
-    )
+    return LLMError("bad_request", f"the provider rejected the request (HTTP {exc.status_code}): {exc.message}"[:300])
 
 
 async def stream_chat(
@@ -118,7 +129,7 @@ async def stream_chat(
     *,
     temperature: float | None = None,
     max_tokens: int | None = None,
-) -> AsyncIterator[str | Usage]:
+) -> AsyncGenerator[str | Usage, None]:
     """Yield the reply's text pieces as they arrive, then a `Usage` if the provider sent one.
 
     Raises LLMError for every failure, before or after the first piece. The caller

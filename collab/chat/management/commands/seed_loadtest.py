@@ -41,14 +41,10 @@ class Command(BaseCommand):
             self.stdout.write(text)
         else:
             Path(opts["output"]).write_text(text)
-            self.stderr.write(
-                f"seeded {rooms} rooms x {users} users, {assistants} assistants -> {opts['output']}"
-            )
+            self.stderr.write(f"seeded {rooms} rooms x {users} users, {assistants} assistants -> {opts['output']}")
 
     @transaction.atomic
-    def seed(
-        self, prefix: str, n_rooms: int, n_users: int, n_assistants: int, password: str
-    ) -> dict[str, Any]:
+    def seed(self, prefix: str, n_rooms: int, n_users: int, n_assistants: int, password: str) -> dict[str, Any]:
         default = services.ensure_default_assistant()  # the default provider follows the environment
         bots = []
         for i in range(1, n_assistants + 1):
