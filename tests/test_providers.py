@@ -4,6 +4,7 @@ final quota 429s), cost, providers from the environment, and keys that never lea
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import socket
 import time
@@ -139,7 +140,7 @@ async def test_replies_beyond_the_cap_queue_in_order_and_show_it(world: World) -
     queued = [frame for frame in alice.raw if 'class="state"' in frame and "queued" in frame]
     assert len(queued) == 2  # @b and @c waited
     replies = sorted((r for r in alice.frames.replies.values() if r.role == "assistant"), key=lambda r: r.seq)
-    for earlier, later in zip(replies, replies[1:], strict=False):
+    for earlier, later in itertools.pairwise(replies):
         assert earlier.ended_at is not None and later.first_piece_at is not None
         assert later.first_piece_at >= earlier.piece_times[-1][1]  # started after the previous one streamed
     stored = await database_sync_to_async(list)(Message.objects.filter(role="assistant"))

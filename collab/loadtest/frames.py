@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 _DELTA = re.compile(r'<div id="msg-(\d+)-body" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>', re.S)
 _ARTICLE = re.compile(r"<article ([^>]*)>(.*?)</article>", re.S)
 _ATTR = re.compile(r'([\w-]+)="([^"]*)"')
-_BODY = re.compile(
-    r'<div id="msg-\d+-body" class="body (raw|md)">(.*?)</div>\s*(?:<p class="reason"|$)', re.S
-)
+_BODY = re.compile(r'<div id="msg-\d+-body" class="body (raw|md)">(.*?)</div>\s*(?:<p class="reason"|$)', re.S)
 _ERROR = re.compile(r'<p class="error" data-code="([^"]+)">(.*?)</p>', re.S)
 _SNAPSHOT = '<div id="messages" hx-swap-oob="true"'
 
