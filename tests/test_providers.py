@@ -261,3 +261,62 @@ async def test_api_key_never_appears_in_logs_pages_or_database(
     assert leaks == []
     assert SECRET not in everything  # ... its value never
     assert SECRET not in "".join(alice.raw)
+
+
+# --- the provider benchmark -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_benchmark_provider_command(sims: list[tuple[str, Any]], tmp_path: Any) -> None:
+    import json
+
+    Provider.objects.create(
+        name="bench",
+        base_url=sims[0][0],
+        default_model="sim",
+        price_input_per_m=Decimal(1),
+        price_output_per_m=Decimal(4),
+    )
+    out = StringIO()
+    call_command(
+        "benchmark_provider",
+        "bench",
+        "--runs",
+        "2",
+        "--max-tokens",
+        "15",
+        "--json",
+        str(tmp_path / "b.json"),
+        stdout=out,
+    )
+    table = out.getvalue()
+    assert all(name in table for name in ("code", "summary", "reasoning"))
+    data = json.loads((tmp_path / "b.json").read_text())
+    for scenario in data["scenarios"].values():
+        assert len(scenario["runs"]) == 2 and scenario["failures"] == []
+        assert scenario["output_tokens"]["median"] == 15  # the simulator's usage: max_tokens honoured
+        assert scenario["ttft_ms"]["min"] > 0 and scenario["tokens_per_s"]["median"] > 0
+        run = scenario["runs"][0]
+        assert Decimal(run["cost"]) == (Decimal(run["prompt_tokens"]) + 4 * Decimal(run["output_tokens"])) / 1_000_000
+
+
+@pytest.mark.django_db
+def test_benchmark_provider_errors(sims: list[tuple[str, Any]]) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="no provider named 'missing'"):
+        call_command("benchmark_provider", "missing")
+    Provider.objects.create(name="broken", base_url=sims[2][0], default_model="sim", max_retries=0)
+    with pytest.raises(CommandError, match="every run failed"):
+        call_command("benchmark_provider", "broken", "--runs", "1", stdout=StringIO())
+
+
+@pytest.mark.django_db
+def test_benchmark_admin_action(sims: list[tuple[str, Any]], admin_client: Client) -> None:
+    provider = Provider.objects.create(name="bench", base_url=sims[0][0], default_model="sim")
+    response = admin_client.post(
+        "/admin/chat/provider/", {"action": "benchmark", "_selected_action": [provider.pk]}, follow=True
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "bench" in page and "reasoning" in page and "TTFT ms" in page

@@ -151,3 +151,19 @@ def test_room_save_never_rewinds_seq(alice: User) -> None:
     stale.save()
     room.refresh_from_db()
     assert room.last_seq == 10 and room.topic == "changed"
+
+
+def test_cost_totals_per_room_and_user(logged_in: Client, alice: User) -> None:
+    from decimal import Decimal
+
+    room = services.create_room(alice, "Costly")
+    bob = User.objects.create_user("bob", password="x-pass-123")
+    Membership.objects.create(room=room, user=bob)
+    a_q = Message.objects.create(room=room, seq=1, role="user", author=alice, author_name="alice", text="q")
+    b_q = Message.objects.create(room=room, seq=2, role="user", author=bob, author_name="bob", text="q")
+    for seq, question, cost in ((3, a_q, "0.0125"), (4, a_q, "0.0100"), (5, b_q, "0.5")):
+        Message.objects.create(room=room, seq=seq, role="assistant", author_name="A", reply_to=question, cost=Decimal(cost))
+    assert services.user_cost(alice.pk) == Decimal("0.0225")
+    assert services.room_cost(room.pk) == Decimal("0.5225")
+    assert b"$0.0225" in logged_in.get("/").content
+    assert b"$0.5225" in logged_in.get("/r/costly/").content

@@ -1,5 +1,8 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db import models
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
 
 from collab.chat.models import Assistant, Membership, Message, Provider, Room
 
@@ -9,6 +12,16 @@ class ProviderAdmin(admin.ModelAdmin):
     list_display = ["name", "base_url", "api_key_env", "default_model", "max_concurrency", "price_output_per_m"]
     search_fields = ["name", "base_url"]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    actions = ["benchmark"]
+
+    @admin.action(description="Benchmark the selected providers (1 run of each prompt)")
+    def benchmark(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        from collab.chat.management.commands.benchmark_provider import run_benchmark
+
+        for provider in queryset[:5]:
+            result = run_benchmark(provider, runs=1)
+            level = messages.ERROR if all(not s["runs"] for s in result["scenarios"].values()) else messages.INFO
+            self.message_user(request, format_html("<b>{}</b><pre>{}</pre>", provider.name, result["table"]), level)
 
 
 @admin.register(Assistant)

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -187,6 +187,18 @@ def provider_config(provider: Provider) -> ProviderConfig:
         max_concurrency=provider.max_concurrency,
         unhealthy_s=provider.unhealthy_s,
     )
+
+
+def room_cost(room_id: int) -> Decimal:
+    """What the room's replies have cost so far, in US dollars."""
+    total = Message.objects.filter(room_id=room_id).aggregate(total=Sum("cost"))["total"]
+    return total or Decimal(0)
+
+
+def user_cost(user_id: int) -> Decimal:
+    """What the replies to a person's questions have cost, across rooms."""
+    total = Message.objects.filter(reply_to__author_id=user_id).aggregate(total=Sum("cost"))["total"]
+    return total or Decimal(0)
 
 
 def reply_cost(provider: Provider, prompt_tokens: int, completion_tokens: int) -> Decimal:

@@ -62,7 +62,9 @@ def rooms(request: HttpRequest) -> HttpResponse:
         else:
             return redirect("room", slug=room.slug)
     mine = Room.objects.filter(memberships__user=_user(request)).order_by("name")
-    return render(request, "chat/rooms.html", {"rooms": mine, "form": form})
+    return render(
+        request, "chat/rooms.html", {"rooms": mine, "form": form, "my_cost": services.user_cost(_user(request).pk)}
+    )
 
 
 def _membership(request: HttpRequest, slug: str) -> Membership:
@@ -90,6 +92,7 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "oldest_seq": recent[0].seq if recent else 0,
             "members": services.members_of(the_room.id),
             "assistants": the_room.assistants.all(),
+            "room_cost": services.room_cost(the_room.id),
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
         },
     )
