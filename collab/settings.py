@@ -129,8 +129,8 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels.layers.InMemoryChannelLayer",
-            # Per-socket queue; a member whose queue is this full is too slow to follow
-            # the room and is disconnected (it reconnects and gets a fresh snapshot).
+            # Per-socket queue. A consumer only forwards frames (it never blocks), so its
+            # queue stays near empty; 5000 is ~2.5 minutes of one reply's frames.
             "CONFIG": {"capacity": 5000},
         }
     }

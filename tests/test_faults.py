@@ -23,9 +23,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def attach(world: World, assistant: Assistant) -> Assistant:
-    world.room.assistants.add(assistant)
-    return assistant
+async def assistant_on(world: World, handle: str, model: str = "sim", **provider: object) -> Assistant:
+    """A new provider (defaults: the simulator) and an assistant on it, in the room."""
+
+    def make() -> Assistant:
+        fields = {"name": handle, "base_url": world.provider.base_url, "default_model": "sim", **provider}
+        assistant = make_assistant(Provider.objects.create(**fields), handle, model=model)
+        world.room.assistants.add(assistant)
+        return assistant
+
+    return await database_sync_to_async(make)()
 
 
 @pytest.mark.parametrize(
@@ -42,19 +49,14 @@ async def test_fault_fails_the_reply_and_the_other_goes_on(
     world: World, model: str, reason_part: str, partial: bool
 ) -> None:
     # No SDK retries here, so a 429 or 500 surfaces at once; retry behaviour is the SDK's.
-    provider = await database_sync_to_async(Provider.objects.create)(
-        name="flaky", base_url=world.provider.base_url, default_model="sim", read_timeout_s=0.5, max_retries=0
-    )
-    await database_sync_to_async(lambda: attach(world, make_assistant(provider, "bad", model=model)))()
+    await assistant_on(world, "bad", model, read_timeout_s=0.5, max_retries=0)
     async with member(world.alice) as alice, member(world.bob) as bob:
         await alice.post("@a @bad hello")
         for m in (alice, bob):
             await m.until(lambda f: all_final(f, 2))
         await alice.post("still alive?")
         await alice.until(lambda f: len(reply_ids(f, "user")) == 2)
-    stored = {
-        x.author_name: x for x in await database_sync_to_async(list)(Message.objects.filter(role="assistant"))
-    }
+    stored = {x.author_name: x for x in await database_sync_to_async(list)(Message.objects.filter(role="assistant"))}
     bad, good = stored["BAD"], stored["A"]
     assert good.status == "done" and good.text
     assert bad.status == "failed"
@@ -63,16 +65,11 @@ async def test_fault_fails_the_reply_and_the_other_goes_on(
     final = alice.frames.replies[bad.id]
     assert final.final_attrs["data-status"] == "failed"
     assert final.text == bad.text  # the pieces shown equal the partial text kept
-    assert reason_part in final.final_html or any(
-        reason_part in r for r in alice.raw if f'id="msg-{bad.id}"' in r
-    )
+    assert reason_part in final.final_html or any(reason_part in r for r in alice.raw if f'id="msg-{bad.id}"' in r)
 
 
 async def test_unreachable_provider_fails_before_first_token(world: World) -> None:
-    provider = await database_sync_to_async(Provider.objects.create)(
-        name="down", base_url=f"http://127.0.0.1:{free_port()}/v1", default_model="sim", connect_timeout_s=1
-    )
-    await database_sync_to_async(lambda: attach(world, make_assistant(provider, "gone")))()
+    await assistant_on(world, "gone", base_url=f"http://127.0.0.1:{free_port()}/v1", connect_timeout_s=1)
     async with member(world.alice) as alice:
         await alice.post("@gone are you there?")
         await alice.until(lambda f: all_final(f, 1))
@@ -83,12 +80,7 @@ async def test_unreachable_provider_fails_before_first_token(world: World) -> No
 
 async def test_slow_first_token_times_out(world: World) -> None:
     # read timeout 0.2 s against a stream that stalls before its first token
-    provider = await database_sync_to_async(Provider.objects.create)(
-        name="slowstart", base_url=world.provider.base_url, default_model="sim", read_timeout_s=0.2
-    )
-    await database_sync_to_async(
-        lambda: attach(world, make_assistant(provider, "late", model="sim+stall@0"))
-    )()
+    await assistant_on(world, "late", "sim+stall@0", read_timeout_s=0.2)
     async with member(world.alice) as alice:
         await alice.post("@late hi")
         await alice.until(lambda f: all_final(f, 1))
@@ -98,16 +90,7 @@ async def test_slow_first_token_times_out(world: World) -> None:
 
 
 async def test_total_timeout(world: World) -> None:
-    provider = await database_sync_to_async(Provider.objects.create)(
-        name="forever",
-        base_url=world.provider.base_url,
-        default_model="sim",
-        read_timeout_s=30,
-        total_timeout_s=1,
-    )
-    await database_sync_to_async(
-        lambda: attach(world, make_assistant(provider, "slowpoke", model="sim+stall@3"))
-    )()
+    await assistant_on(world, "slowpoke", "sim+stall@3", read_timeout_s=30, total_timeout_s=1)
     async with member(world.alice) as alice:
         await alice.post("@slowpoke hi")
         await alice.until(lambda f: all_final(f, 1))
@@ -117,17 +100,9 @@ async def test_total_timeout(world: World) -> None:
     assert reply.text  # the three tokens before the stall are kept
 
 
-async def test_missing_api_key_variable_is_a_clear_failure(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_missing_api_key_variable_is_a_clear_failure(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLLAB_TEST_ABSENT_KEY", raising=False)
-    provider = await database_sync_to_async(Provider.objects.create)(
-        name="keyed",
-        base_url=world.provider.base_url,
-        default_model="sim",
-        api_key_env="COLLAB_TEST_ABSENT_KEY",
-    )
-    await database_sync_to_async(lambda: attach(world, make_assistant(provider, "keyed")))()
+    await assistant_on(world, "keyed", api_key_env="COLLAB_TEST_ABSENT_KEY")
     async with member(world.alice) as alice:
         await alice.post("@keyed hi")
         await alice.until(lambda f: all_final(f, 1))
