@@ -167,3 +167,23 @@ def test_cost_totals_per_room_and_user(logged_in: Client, alice: User) -> None:
     assert services.room_cost(room.pk) == Decimal("0.5225")
     assert b"$0.0225" in logged_in.get("/").content
     assert b"$0.5225" in logged_in.get("/r/costly/").content
+
+
+def test_healthz_is_503_when_the_channel_layer_does_not_answer(client: Client, settings: object) -> None:
+    import socket
+
+    from channels.layers import channel_layers
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+    settings.CHANNEL_LAYERS = {  # type: ignore[attr-defined]
+        "default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer", "CONFIG": {"hosts": [dead]}}
+    }
+    channel_layers.backends.clear()
+    try:
+        response = client.get("/healthz")
+    finally:
+        channel_layers.backends.clear()
+    assert response.status_code == 503
+    assert response.json() == {"ok": False, "database": True, "channel_layer": False}
