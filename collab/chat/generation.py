@@ -112,8 +112,7 @@ class LiveReply:
     """A reply streaming in this process: what members that connect now are shown."""
 
     job: ReplyJob
-    parts: list[str] = field(default_factory=list)
-    flushed_parts: list[str] = field(default_factory=list)
+    flushed_parts: list[str] = field(default_factory=list)  # every piece sent; all text once closed
     stop_reason: str = ""
     queued: bool = False  # waiting for a slot under the provider's concurrency cap
     task: asyncio.Task[None] | None = None
@@ -202,7 +201,6 @@ async def run_reply(live: LiveReply, finish: Finish) -> None:
                 if first_at is None:
                     first_at = loop.time()
                 chunks += 1
-                live.parts.append(item)
                 coalescer.push(item)
     except LLMError as exc:
         status, error = "failed", exc.message
@@ -237,7 +235,7 @@ async def _finish(
     tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else chunks
     streaming_s = ended - first_at if first_at is not None else 0.0
     outcome = Outcome(
-        text="".join(live.parts),
+        text=live.flushed_text(),  # the coalescer is closed: every piece has been sent
         status=status,
         error=error,
         ttft_ms=(first_at - started) * 1000 if first_at is not None else None,
