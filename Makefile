@@ -4,10 +4,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # Re-install only when pyproject.toml changes.
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# The `local` extra (llama.cpp, built from source once), on top of the above.
+LOCAL_STAMP := $(VENV)/.local-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# The model `make run` starts when no endpoint is configured: local (SmolLM2 through
+# llama.cpp) or simulated (`make run MODEL=simulated`: no build, canned text).
+MODEL ?= local
 # PostgreSQL for the second pass of `make test` (the data layer on both databases).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 
-.PHONY: install run test test-sqlite test-postgres lint clean
+.PHONY: install install-local run test test-sqlite test-postgres lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,15 +23,34 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# pip's own lines, less the "Requirement already satisfied" ones: the build step
+# ("Building wheel for llama-cpp-python ... still running") stays visible.
+$(LOCAL_STAMP): $(STAMP)
+	@$(BIN)/python -m pip show -q llama-cpp-python >/dev/null 2>&1 || \
+		echo "Building llama-cpp-python for the local model (once; about 6 minutes on 2 idle cores) ..."
+	@bash -o pipefail -c "$(BIN)/python -m pip install -e '.[dev,local]' 2>&1 \
+		| sed -u '/^Requirement already satisfied/d'" || { \
+		echo "llama-cpp-python could not be installed (it builds with a C/C++ compiler and CMake)."; \
+		echo "make run MODEL=simulated runs collab on the simulated model instead."; exit 1; }
+	@rm -f $(VENV)/.local-* && touch $@
+
+install-local: $(LOCAL_STAMP)
+
+# llama.cpp is installed only when `make run` is going to start it.
+ifeq ($(MODEL)$(COLLAB_LLM_BASE_URL)$(OPENAI_API_KEY),local)
+run: install-local
+else
 run: install
-	$(BIN)/python manage.py serve
+endif
+	$(BIN)/python manage.py serve --model $(MODEL)
 
 # SQLite with the in-memory and Redis layers, then the database tests on PostgreSQL.
-test: install
+# The local-model test (in the SQLite pass) needs llama.cpp: installed here too.
+test: install-local
 	$(MAKE) --no-print-directory test-sqlite
 	$(MAKE) --no-print-directory test-postgres
 
-test-sqlite: install
+test-sqlite: install-local
 	$(BIN)/pytest
 
 test-postgres: install
