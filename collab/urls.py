@@ -15,5 +15,6 @@ urlpatterns = [
     path("r/<slug:slug>/settings/", views.room_settings, name="room_settings"),
     path("join/<str:token>/", views.join, name="join"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", views.metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
 ]

@@ -97,3 +97,14 @@ def test_context_budget_keeps_newest_and_labels_speakers(world: World) -> None:
     assert 1 <= len(turns) < 30
     assert turns[-1]["content"].startswith("bob: message number 29")
     assert sum(len(t["content"]) for t in turns) <= 400
+
+
+def test_provider_context_budget_overrides_the_default(world: World) -> None:
+    for i in range(30):
+        services.store_post(world.bob.pk, world.room.pk, f"message number {i} " + "x" * 50, None)
+    world.provider.context_chars = 300
+    world.provider.save()
+    _, _, jobs = services.store_post(world.alice.pk, world.room.pk, "@a sum it up", None)
+    turns = jobs[0].messages[1:]
+    assert sum(len(t["content"]) for t in turns) <= 300
+    assert turns[-1]["content"] == "alice: @a sum it up"

@@ -289,3 +289,21 @@ async def test_orphaned_streaming_reply_is_failed_on_snapshot(world: World) -> N
         assert alice.frames.replies[old].status == "failed"
         assert alice.frames.replies[recent].status == "streaming"  # may be live elsewhere
     assert (await database_sync_to_async(Message.objects.get)(pk=old)).status == "failed"
+
+
+async def test_metrics_count_replies_frames_and_sockets(world: World) -> None:
+    from collab.chat import metrics
+
+    def value(metric: object, *labels: str) -> float:
+        target = metric.labels(*labels) if labels else metric  # type: ignore[attr-defined]
+        return float(target._value.get())
+
+    done, deltas, sockets = value(metrics.REPLIES, "done"), value(metrics.FRAMES, "delta"), value(metrics.SOCKETS)
+    async with member(world.alice) as alice:
+        assert value(metrics.SOCKETS) == sockets + 1
+        await alice.post("@a count me")
+        await alice.until(lambda f: all_final(f, 1))
+        reply = next(r for r in alice.frames.replies.values() if r.role == "assistant")
+    assert value(metrics.REPLIES, "done") == done + 1
+    assert value(metrics.FRAMES, "delta") == deltas + reply.pieces
+    assert value(metrics.SOCKETS) == sockets

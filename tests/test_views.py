@@ -187,3 +187,15 @@ def test_healthz_is_503_when_the_channel_layer_does_not_answer(client: Client, s
         channel_layers.backends.clear()
     assert response.status_code == 503
     assert response.json() == {"ok": False, "database": True, "channel_layer": False}
+
+
+def test_metrics_need_staff_or_token(client: Client, logged_in: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert client.get("/metrics").status_code == 403
+    assert logged_in.get("/metrics").status_code == 403  # a member who is not staff
+    monkeypatch.setenv("COLLAB_METRICS_TOKEN", "scrape-me")
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-me")
+    assert response.status_code == 200
+    body = response.content.decode()
+    for name in ("collab_replies_total", "collab_frames_total", "collab_sockets_open", "collab_reply_ttft_seconds"):
+        assert name in body

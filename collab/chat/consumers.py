@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from collab.chat import rendering, services
+from collab.chat import metrics, rendering, services
 from collab.chat.events import MembershipEnded, RoomFrame, room_group, user_group
 from collab.chat.services import ClientError
 
@@ -44,9 +44,11 @@ class RoomConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
         messages_html, members_html, self.floors = await services.snapshot(self.room_id, room_slug)
         await self.send(text_data=messages_html + members_html)
+        metrics.SOCKETS.inc()
 
     async def disconnect(self, code: int) -> None:
         if self.room_id is not None and self.user_id is not None:
+            metrics.SOCKETS.dec()
             await self.channel_layer.group_discard(room_group(self.room_id), self.channel_name)
             await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from collab.chat import rendering
+from collab.chat import metrics, rendering
 from collab.chat.events import RoomFrame, room_group
 from collab.llm import LLMError, Usage
 from collab.llm.client import ChatMessage
@@ -139,6 +139,7 @@ async def _send_state(live: LiveReply, group: str, text: str) -> None:
 
 async def _send_delta(live: LiveReply, group: str, offset: int, text: str) -> None:
     live.flushed_parts.append(text)
+    metrics.FRAMES.labels("delta").inc()
     frame: RoomFrame = {
         "type": "room.frame",
         "kind": "delta",
@@ -245,6 +246,10 @@ async def _finish(
         # Tokens after the first, over the time they took: the stream's own rate.
         tps=(tokens - 1) / streaming_s if tokens > 1 and streaming_s > 0 else None,
     )
+    metrics.REPLIES.labels(status).inc()
+    metrics.REPLY_TOKENS.inc(tokens)
+    if outcome.ttft_ms is not None:
+        metrics.REPLY_TTFT.observe(outcome.ttft_ms / 1000)
     try:
         await finish(live.job, outcome)
     except Exception:
@@ -260,10 +265,15 @@ class Registry:
     def start(self, job: ReplyJob, finish: Finish) -> LiveReply:
         live = LiveReply(job)
         self._live[job.message_id] = live
+        metrics.REPLIES_STREAMING.inc()
         task = asyncio.get_running_loop().create_task(run_reply(live, finish), name=f"reply-{job.message_id}")
         live.task = task
-        task.add_done_callback(lambda _t: self._live.pop(job.message_id, None))
+        task.add_done_callback(lambda _t: self._ended(job.message_id))
         return live
+
+    def _ended(self, message_id: int) -> None:
+        self._live.pop(message_id, None)
+        metrics.REPLIES_STREAMING.dec()
 
     def get(self, message_id: int) -> LiveReply | None:
         return self._live.get(message_id)

@@ -60,6 +60,11 @@ class Provider(models.Model):
         default=0,
         help_text="Streams at once per server process (0: no cap). Requests beyond it queue, in order.",
     )
+    context_chars = models.PositiveIntegerField(
+        default=0,
+        help_text="Room history sent to the model, in characters (0: COLLAB_CONTEXT_CHARS). Small local "
+        "models read prompts slowly: a smaller window keeps their first token quick.",
+    )
     price_input_per_m = models.DecimalField(
         "price per 1M input tokens", max_digits=10, decimal_places=4, default=Decimal(0)
     )

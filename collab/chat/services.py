@@ -29,7 +29,7 @@ from django.db.models import F, Q, Sum
 from django.utils import timezone
 from django.utils.text import slugify
 
-from collab.chat import rendering
+from collab.chat import metrics, rendering
 from collab.chat.context import build_context
 from collab.chat.events import MembershipEnded, RoomFrame, room_group, user_group
 from collab.chat.generation import Outcome, ReplyJob, registry
@@ -56,6 +56,7 @@ class ClientError(Exception):
 
 
 async def broadcast(room_id: int, frame: RoomFrame) -> None:
+    metrics.FRAMES.labels(frame["kind"]).inc()
     layer = get_channel_layer()
     assert layer is not None
     await layer.group_send(room_group(room_id), frame)  # type: ignore[arg-type]
@@ -87,7 +88,7 @@ def _split_urls(value: str) -> tuple[str, str]:
     return (urls[0] if urls else ""), "\n".join(urls[1:])
 
 
-def default_endpoint_settings() -> dict[str, str]:
+def default_endpoint_settings() -> dict[str, Any]:
     """The default provider as WIRE.md configures it: COLLAB_LLM_* first, then
     OPENAI_API_KEY alone for the OpenAI API, else the embedded local model."""
     if settings.COLLAB_LLM_BASE_URL:
@@ -97,6 +98,7 @@ def default_endpoint_settings() -> dict[str, str]:
             "extra_base_urls": extra,
             "api_key_env": settings.COLLAB_LLM_API_KEY_ENV if os.environ.get("COLLAB_LLM_API_KEY") else "",
             "default_model": settings.COLLAB_LLM_MODEL or "default",
+            "context_chars": 0,
         }
     if os.environ.get("OPENAI_API_KEY"):
         return {
@@ -104,12 +106,16 @@ def default_endpoint_settings() -> dict[str, str]:
             "extra_base_urls": "",
             "api_key_env": "OPENAI_API_KEY",
             "default_model": settings.COLLAB_LLM_MODEL or "gpt-4o-mini",
+            "context_chars": 0,
         }
     return {
         "base_url": settings.COLLAB_LOCAL_MODEL_URL,
         "extra_base_urls": "",
         "api_key_env": "",
         "default_model": settings.COLLAB_LLM_MODEL or "smollm2-135m-instruct",
+        # SmolLM2 on 2 cores reads ~100-400 prompt tokens/s: ~750 tokens of history
+        # keep its first token within seconds (12,000 characters took 22-28 s).
+        "context_chars": 3000,
     }
 
 
@@ -168,9 +174,16 @@ def ensure_default_assistant() -> Assistant:
         Assistant.objects.get_or_create(handle=name, defaults={"display_name": name.title(), "provider": extra})
     assistant = Assistant.objects.filter(is_default=True).select_related("provider").first()
     if assistant is None:
+        local = provider.base_url == settings.COLLAB_LOCAL_MODEL_URL
         assistant, _ = Assistant.objects.get_or_create(
             handle="assistant",
-            defaults={"display_name": "Assistant", "provider": provider, "is_default": True},
+            defaults={
+                "display_name": "Assistant",
+                "provider": provider,
+                "is_default": True,
+                # a 135M model wanders at 0.7 ("Two + Two equals eight"); 0.2 keeps it on track
+                "temperature": 0.2 if local else 0.7,
+            },
         )
     return assistant
 
@@ -387,11 +400,11 @@ def _allocate_seqs(room_id: int, count: int) -> int:
 
 def _reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[ReplyJob]:
     history = list(Message.objects.filter(room=room, seq__lte=answered.seq).order_by("-seq")[:100])[::-1]
-    budget = settings.COLLAB["CONTEXT_CHARS"]
     jobs = []
     for reply in replies:
         assistant = reply.assistant
         assert assistant is not None
+        budget = assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"]
         jobs.append(
             ReplyJob(
                 message_id=reply.id,
@@ -464,6 +477,7 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
         raise ClientError("rate.limited", "You are sending messages too fast; wait a moment.")
     result, replies, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id)
     if result.created:
+        metrics.POSTS.inc()
         await broadcast(
             room_id,
             {

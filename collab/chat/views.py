@@ -4,6 +4,8 @@ services; every page but login, sign-up and /healthz needs a login (middleware).
 from __future__ import annotations
 
 import asyncio
+import hmac
+import os
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -18,6 +20,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from collab.chat import services
 from collab.chat.models import Assistant, Membership, Room
@@ -198,6 +201,19 @@ async def _layer_answers() -> bool:
     async with asyncio.timeout(2):
         message = await layer.receive(channel)
     return bool(message.get("type") == "health.ping")
+
+
+@login_not_required
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Prometheus metrics of this process: for staff, or with `Authorization: Bearer
+    $COLLAB_METRICS_TOKEN` (a scraper has no session)."""
+    token = os.environ.get("COLLAB_METRICS_TOKEN", "")
+    offered = request.headers.get("Authorization", "")
+    allowed = (token and hmac.compare_digest(offered, f"Bearer {token}")) or getattr(request.user, "is_staff", False)
+    if not allowed:
+        return HttpResponse("Metrics need a staff login or the metrics token.", status=403)
+    return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
 
 
 @login_not_required

@@ -157,7 +157,8 @@ async def stream_chat(
                     continue  # blank separators, ": keep-alive" comments, "event:" lines
                 data = line[5:].strip()
                 if data == "[DONE]":
-                    finished = True
+                    # Without a finish_reason first, [DONE] means cut short (llama.cpp's
+                    # server ends an interrupted stream so): not a complete reply.
                     break
                 try:
                     chunk = json.loads(data)
@@ -187,4 +188,4 @@ async def stream_chat(
     except openai.APIStatusError as exc:
         raise _status_error(exc) from exc
     if not finished:
-        raise LLMError("dropped", "the provider's stream ended before the reply was complete")
+        raise LLMError("dropped", "the provider's stream ended before the reply was complete (no finish_reason)")

@@ -1,0 +1,21 @@
+"""Prometheus metrics of this process (GET /metrics, staff or COLLAB_METRICS_TOKEN).
+
+Counted per reply, per frame and per socket, never per member per frame: the
+streaming path pays one counter increment per frame at most.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+POSTS = Counter("collab_posts", "Messages posted by members")
+REPLIES = Counter("collab_replies", "Replies ended, by final status", ["status"])
+REPLIES_STREAMING = Gauge("collab_replies_streaming", "Replies streaming in this process")
+REPLY_TTFT = Histogram(
+    "collab_reply_ttft_seconds",
+    "Model time to first token",
+    buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30),
+)
+REPLY_TOKENS = Counter("collab_reply_tokens", "Tokens streamed by replies")
+FRAMES = Counter("collab_frames", "Frames broadcast to rooms, by kind", ["kind"])
+SOCKETS = Gauge("collab_sockets_open", "Room WebSockets open on this process")

@@ -1,0 +1,87 @@
+"""The streaming client against the exact byte shapes real servers send (llama.cpp's
+role-only first chunk, `: ping` comments, [DONE] with and without a finish_reason)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from collab.llm import Endpoint, LLMError, Usage, stream_chat
+from collab.llm.client import aclose_clients
+
+
+def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+LLAMA_OK = [
+    chunk({"role": "assistant"}),
+    b": ping - 2026-12-02 10:00:00\n\n",
+    chunk({"content": "Two"}),
+    chunk({"content": " plus two is four."}),
+    chunk({}, "stop"),
+    b"data: [DONE]\n\n",
+]
+LLAMA_INTERRUPTED = [chunk({"role": "assistant"}), chunk({"content": "Two"}), b"data: [DONE]\n\n"]
+
+
+async def serve(events: list[bytes]) -> tuple[asyncio.Server, str]:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+        )
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        for event in events:
+            writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture
+async def cleanup() -> AsyncIterator[None]:
+    yield
+    await aclose_clients()
+
+
+async def run(events: list[bytes]) -> list[str | Usage]:
+    server, url = await serve(events)
+    try:
+        async with server:
+            return [
+                item
+                async for item in stream_chat(Endpoint(url, max_retries=0), "m", [{"role": "user", "content": "hi"}])
+            ]
+    finally:
+        server.close()
+
+
+@pytest.mark.usefixtures("cleanup")
+async def test_llama_cpp_stream_is_read_whole() -> None:
+    assert await run(LLAMA_OK) == ["Two", " plus two is four."]
+
+
+@pytest.mark.usefixtures("cleanup")
+async def test_done_without_finish_reason_is_a_dropped_stream() -> None:
+    with pytest.raises(LLMError) as err:
+        await run(LLAMA_INTERRUPTED)
+    assert err.value.kind == "dropped"
+
+
+@pytest.mark.usefixtures("cleanup")
+async def test_error_event_mid_stream_is_reported() -> None:
+    events = [chunk({"content": "Hi"}), b'data: {"error": {"message": "overloaded"}}\n\n']
+    with pytest.raises(LLMError, match="overloaded"):
+        await run(events)
