@@ -47,9 +47,7 @@ _DONE = b"data: [DONE]\n\n"
 # Set by a request that cuts its own response on purpose: uvicorn then logs
 # "ASGI callable returned without completing response." — the filter below
 # drops exactly that record for exactly that request (same task context).
-_INTENTIONAL_DROP: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "sim_intentional_drop", default=False
-)
+_INTENTIONAL_DROP: contextvars.ContextVar[bool] = contextvars.ContextVar("sim_intentional_drop", default=False)
 _INCOMPLETE_MSG = "ASGI callable returned without completing response."
 
 
@@ -176,9 +174,7 @@ class SimulatorApp:
             path: str = scope["path"]
             if path == "/v1/chat/completions":
                 if method != "POST":
-                    raise _HTTPError(
-                        405, f"Method {method} not allowed for {path}", headers=[(b"allow", b"POST")]
-                    )
+                    raise _HTTPError(405, f"Method {method} not allowed for {path}", headers=[(b"allow", b"POST")])
                 self._check_auth(scope)
                 body = await self._read_body(scope, receive)
                 if body is None:
@@ -187,9 +183,7 @@ class SimulatorApp:
                 await self._completion(request, receive, send, start_wall, start_mono)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 if method not in ("GET", "HEAD"):
-                    raise _HTTPError(
-                        405, f"Method {method} not allowed for {path}", headers=[(b"allow", b"GET")]
-                    )
+                    raise _HTTPError(405, f"Method {method} not allowed for {path}", headers=[(b"allow", b"GET")])
                 self._check_auth(scope)
                 await self._models(path, send)
             else:
@@ -200,9 +194,7 @@ class SimulatorApp:
     # ------------------------------------------------------------- helpers
 
     @staticmethod
-    async def _send_json(
-        send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()
-    ) -> None:
+    async def _send_json(send: Send, status: int, body: bytes, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         await send(
             {
                 "type": "http.response.start",
@@ -262,9 +254,7 @@ class SimulatorApp:
             raise _HTTPError(400, "'messages' must be a non-empty array.", param="messages")
         for i, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                raise _HTTPError(
-                    400, f"messages[{i}] must be an object with a string 'role'.", param=f"messages[{i}]"
-                )
+                raise _HTTPError(400, f"messages[{i}] must be an object with a string 'role'.", param=f"messages[{i}]")
             content = message.get("content")
             if content is not None and not isinstance(content, (str, list)):
                 raise _HTTPError(
@@ -303,9 +293,7 @@ class SimulatorApp:
         if spec.fault != "none":
             return spec.fault, self.config.fault_after if spec.fault_after is None else spec.fault_after
         fault = self.config.fault
-        if fault != "none" and (
-            self.config.fault_rate >= 1.0 or self._fault_rng.random() < self.config.fault_rate
-        ):
+        if fault != "none" and (self.config.fault_rate >= 1.0 or self._fault_rng.random() < self.config.fault_rate):
             return fault, self.config.fault_after
         return "none", 0
 
@@ -426,9 +414,7 @@ class SimulatorApp:
         before = "data: " + head
         # Pre-encode every event: the hot loop only slices and joins bytes.
         role = (
-            before
-            + '{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null'
-            + tail
+            before + '{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null' + tail
         ).encode()
         content_before = before + '{"content":'
         content_after = '},"logprobs":null,"finish_reason":null' + tail

@@ -122,9 +122,7 @@ async def _one_stream(port: int, index: int, result: BenchResult, t_from: float,
     try:
         writer.write(request)
         head = await reader.readuntil(b"\r\n\r\n")
-        headers = dict(
-            line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:] if ": " in line
-        )
+        headers = dict(line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:] if ": " in line)
         first = float(headers["x-sim-start"]) + float(headers["x-sim-ttft-ms"]) / 1000.0
         tps = float(headers["x-sim-tps"])
         events = 0  # SSE events seen, the role event included
@@ -162,9 +160,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def run_bench(
-    port: int, pid: int, streams: int, tps: float, seconds: float, tick_ms: float = 0.0
-) -> BenchResult:
+async def run_bench(port: int, pid: int, streams: int, tps: float, seconds: float, tick_ms: float = 0.0) -> BenchResult:
     """Measure during ``[1 s, seconds - 0.5 s]`` of the run (skips ramp-up and tail)."""
     result = BenchResult(streams=streams, tps=tps, seconds=max(seconds - 1.5, 0.5), tick_ms=tick_ms)
     t0 = time.time()
@@ -182,9 +178,7 @@ async def run_bench(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m collab.simulator.bench", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m collab.simulator.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=40)
     parser.add_argument("--sweep", default="", help="comma-separated stream counts (overrides --streams)")
     parser.add_argument("--tps", type=float, default=750.0)

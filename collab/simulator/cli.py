@@ -49,9 +49,7 @@ def _positive_int(value: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = SimConfig()
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=_non_negative_int, default=8001, help="port (default 8001; 0 picks a free one)"
-    )
+    parser.add_argument("--port", type=_non_negative_int, default=8001, help="port (default 8001; 0 picks a free one)")
     parser.add_argument(
         "--tps",
         type=_positive_float,

@@ -84,9 +84,7 @@ def running_simulator_app(
 
 
 @contextlib.contextmanager
-def running_simulator(
-    config: SimConfig | None = None, host: str = "127.0.0.1", **overrides: Any
-) -> Iterator[str]:
+def running_simulator(config: SimConfig | None = None, host: str = "127.0.0.1", **overrides: Any) -> Iterator[str]:
     """Serve the simulator on a free loopback port; yields ``http://127.0.0.1:PORT/v1``."""
     with running_simulator_app(config, host, **overrides) as (url, _app):
         yield url

@@ -1,0 +1,67 @@
+"""What one load-generator run needs to know, as a JSON file.
+
+The ``loadtest`` command writes it and points Locust at it (``--collab-config FILE`` or
+the ``COLLAB_LOADTEST_CONFIG`` variable); someone running ``locust -f
+collab/loadtest/locustfile.py`` by hand writes it themselves (see docs/loadtest.md). It
+holds only what a user of the site would have: the server's address, the accounts
+``seed_loadtest`` wrote, and what the simulated model is known to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunConfig"]
+
+
+@dataclasses.dataclass
+class RunConfig:
+    target: str  # http://127.0.0.1:PORT
+    rooms: list[dict[str, Any]]  # seed_loadtest's "rooms" (users may carry a "session")
+    post_rate: float = 0.5  # posts per second per room, Poisson; 0: idle sockets only
+    mentions: int = 1  # assistants @mentioned per post (the first N of the room's)
+    duration_s: float = 10.0  # posting phase
+    drain_s: float = 30.0  # after it, how long replies in flight may take to end
+    sockets_per_member: int = 1  # > 1 opens several tabs per member (the idle scenario)
+    tps: float = 750.0  # the model's tokens/s (its schedule gives each token's emission time)
+    ttft_ms: float = 100.0  # the model's configured first-token delay (used without probes)
+    tick_ms: float = 0.0  # the simulator's write tick (0: every token at its due time)
+    model_url: str = ""  # the model's base URL (…/v1) for direct TTFT probes; "" = none
+    model_name: str = "sim"
+    probe_interval_s: float = 0.25
+    seed: int = 0
+    out: str = ""  # where the master writes the merged result (JSON)
+    progress: str = ""  # where the master writes live progress (JSON), every half second
+    connect_timeout_s: float = 30.0
+    connect_concurrency: int = 16  # WebSocket handshakes in progress at once, per process
+    handshake_budget_s: float = 0.03  # connect wait per socket of the whole run (handshakes queue)
+
+    @property
+    def sockets(self) -> int:
+        return sum(len(r["users"]) for r in self.rooms) * max(1, self.sockets_per_member)
+
+    go_timeout_s: float = 600.0  # longest wait for every room to be ready before posting
+    origin: str = ""  # Origin header; default: the target
+
+    @property
+    def ws_base(self) -> str:
+        return "ws://" + self.target.split("://", 1)[1].rstrip("/")
+
+    @property
+    def origin_header(self) -> str:
+        return self.origin or self.target.rstrip("/")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> RunConfig:
+        data = json.loads(Path(path).read_text())
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,106 @@
+"""The load-test scenarios (issue 4) and the parameters that shape them."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+__all__ = ["SCENARIOS", "Scenario"]
+
+Layer = Literal["memory", "pubsub", "core"]
+
+
+@dataclasses.dataclass
+class Scenario:
+    name: str
+    summary: str
+    levels: list[int]  # rooms per load level; more than one makes a sweep
+    members: int = 10  # per room
+    assistants: int = 1  # per room
+    mentions: int = 1  # assistants @mentioned per post
+    # Replies in flight per room, on average, that the Poisson posting rate offers:
+    # rate = offered / (mentions x (ttft + reply_tokens / tps)).
+    offered: float = 1.0
+    tps: float = 750.0
+    ttft_ms: float = 100.0
+    reply_tokens: int = 750
+    tick_ms: float = 0.0  # simulator write tick: 0 writes every token at its due time
+    duration_s: float = 20.0  # posting (or, idle, holding) time per level
+    coalesce_ms: float = 30.0  # COLLAB_COALESCE_MS; 0 = a frame per token
+    layer: Layer = "memory"
+    login: Literal["http", "session"] = "http"
+    sockets: int = 0  # idle: WebSockets per level are levels[i] (rooms x members x tabs)
+    workers: int = 0  # Locust worker processes (0: one process, the local runner)
+    stop_at_knee: bool = True  # a sweep stops after the first level past the knee
+
+    @property
+    def sweep(self) -> bool:
+        return len(self.levels) > 1 or self.name in ("many-rooms", "naive", "idle")
+
+    @property
+    def idle(self) -> bool:
+        return self.offered <= 0
+
+    def reply_s(self) -> float:
+        return self.ttft_ms / 1000.0 + self.reply_tokens / self.tps
+
+    def post_rate(self) -> float:
+        """Posts per second per room (Poisson)."""
+        if self.idle or self.mentions <= 0:
+            return 0.0
+        return self.offered / (self.mentions * self.reply_s())
+
+
+# Many-rooms and naive share everything but the two settings the comparison is about.
+_SWEEP_LEVELS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40, 48, 64]
+
+SCENARIOS: dict[str, Scenario] = {
+    "one-room": Scenario(
+        "one-room",
+        "10 members, one reply at a time at 750 tokens/s (Poisson posts, ~0.5 replies in flight)",
+        levels=[1],
+        offered=0.5,
+        duration_s=30.0,
+    ),
+    "parallel": Scenario(
+        "parallel",
+        "one room of 10, every post @mentions 4 assistants answering at once at 750 tokens/s",
+        levels=[1],
+        assistants=4,
+        mentions=4,
+        offered=2.0,
+        duration_s=30.0,
+    ),
+    "many-rooms": Scenario(
+        "many-rooms",
+        "rooms x 10 members, ~1 reply in flight per room at 750 tokens/s, swept up to the knee",
+        levels=list(_SWEEP_LEVELS),
+        offered=1.0,
+        tick_ms=5.0,
+        duration_s=15.0,
+        layer="pubsub",
+        login="session",
+    ),
+    "naive": Scenario(
+        "naive",
+        "many-rooms with no coalescing (a frame per token) and channels_redis' default layer",
+        levels=list(_SWEEP_LEVELS),
+        offered=1.0,
+        tick_ms=5.0,
+        duration_s=15.0,
+        coalesce_ms=0.0,
+        layer="core",
+        login="session",
+    ),
+    "idle": Scenario(
+        "idle",
+        "idle WebSockets (members with several tabs), as many as the machine allows: memory each",
+        levels=[8000],
+        members=10,
+        offered=0.0,
+        duration_s=5.0,
+        layer="pubsub",
+        login="session",
+        stop_at_knee=True,
+    ),
+}
