@@ -6,6 +6,7 @@ is a dict lookup and `send`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -29,6 +30,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.floors: dict[int, float] = {}
+        self._actions: set[asyncio.Task[None]] = set()
         user = self.scope.get("user")
         slug = self.scope["url_route"]["kwargs"]["slug"]
         found = await database_sync_to_async(services.room_for_socket)(user, slug)
@@ -82,6 +84,14 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.room_id is None or self.user_id is None:
             return
+        # As a task: a post waits on the database for tens of ms, and this consumer must
+        # keep forwarding frames meanwhile (Channels handles one event at a time). Actions
+        # of one socket still run in order: they queue on the database thread, FIFO.
+        task = asyncio.get_running_loop().create_task(self._run_action(text_data))
+        self._actions.add(task)
+        task.add_done_callback(self._actions.discard)
+
+    async def _run_action(self, text_data: str | None) -> None:
         try:
             await self._act(text_data)
         except ClientError as exc:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -436,7 +436,7 @@ def _create_replies(room: Room, answered: Message, assistants: list[Assistant], 
 
 
 def store_post(
-    user_id: int, room_id: int, text: str, client_id: uuid.UUID | None
+    user_id: int, room_id: int, text: str, client_id: uuid.UUID | None, html: str | None = None
 ) -> tuple[PostResult, list[Message], list[ReplyJob]]:
     try:
         with transaction.atomic():
@@ -458,7 +458,7 @@ def store_post(
                 author_name=membership.user.get_username(),
                 client_id=client_id,
                 text=text,
-                html=render_markdown(text),
+                html=render_markdown(text) if html is None else html,
             )
             replies = _create_replies(room, message, assistants, seq + 1)
             jobs = _reply_jobs(room, replies, message)
@@ -475,7 +475,10 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     clean_text, parsed_id = check_post(text, client_id)
     if not post_buckets.take((user_id, room_id)):
         raise ClientError("rate.limited", "You are sending messages too fast; wait a moment.")
-    result, replies, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id)
+    # Markdown and Pygments are CPU work: off the event loop, and off the one database
+    # thread that every post and reply end queue on.
+    html = await sync_to_async(render_markdown, thread_sensitive=False)(clean_text)
+    result, replies, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
     if result.created:
         metrics.POSTS.inc()
         await broadcast(
@@ -496,14 +499,14 @@ def _start(jobs: list[ReplyJob]) -> None:
         registry.start(job, finish_reply)
 
 
-def _store_outcome(job: ReplyJob, outcome: Outcome) -> Message:
+def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message:
     message = Message.objects.select_related("assistant__provider").get(pk=job.message_id)
     if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
         outcome.prompt_tokens = sum(len(m["content"]) for m in job.messages) // 4
     if message.assistant is not None:
         message.cost = reply_cost(message.assistant.provider, outcome.prompt_tokens, outcome.tokens)
     message.text = outcome.text
-    message.html = render_markdown(outcome.text) if outcome.text else ""
+    message.html = html
     message.status = outcome.status
     message.error = outcome.error[:500]
     message.finished_at = timezone.now()
@@ -518,7 +521,8 @@ def _store_outcome(job: ReplyJob, outcome: Outcome) -> Message:
 
 async def finish_reply(job: ReplyJob, outcome: Outcome) -> None:
     """Store a reply's final text, status and metrics, then send its article whole."""
-    message = await database_sync_to_async(_store_outcome)(job, outcome)
+    html = await sync_to_async(render_markdown, thread_sensitive=False)(outcome.text) if outcome.text else ""
+    message = await database_sync_to_async(_store_outcome)(job, outcome, html)
     await broadcast(
         job.room_id,
         {"type": "room.frame", "kind": "final", "msg": message.id, "html": rendering.frame_final(message)},
