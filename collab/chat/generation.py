@@ -114,6 +114,9 @@ class LiveReply:
     job: ReplyJob
     flushed_parts: list[str] = field(default_factory=list)  # every piece sent; all text once closed
     stop_reason: str = ""
+    # Set once the reply's article has been broadcast: its first piece must not overtake
+    # it. The model request starts before that, so the broadcast overlaps its first token.
+    announced: asyncio.Event = field(default_factory=asyncio.Event)
     queued: bool = False  # waiting for a slot under the provider's concurrency cap
     task: asyncio.Task[None] | None = None
 
@@ -138,6 +141,8 @@ async def _send_state(live: LiveReply, group: str, text: str) -> None:
 
 
 async def _send_delta(live: LiveReply, group: str, offset: int, text: str) -> None:
+    if not live.announced.is_set():
+        await live.announced.wait()
     live.flushed_parts.append(text)
     metrics.FRAMES.labels("delta").inc()
     frame: RoomFrame = {

@@ -481,22 +481,25 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     result, replies, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
     if result.created:
         metrics.POSTS.inc()
-        await broadcast(
-            room_id,
-            {
-                "type": "room.frame",
-                "kind": "new",
-                "msg": result.message.id,
-                "html": rendering.frame_new([result.message, *replies]),
-            },
-        )
-        _start(jobs)
+        frame: RoomFrame = {
+            "type": "room.frame",
+            "kind": "new",
+            "msg": result.message.id,
+            "html": rendering.frame_new([result.message, *replies]),
+        }
+        await _start_and_announce(jobs, room_id, frame)
     return result
 
 
-def _start(jobs: list[ReplyJob]) -> None:
-    for job in jobs:
-        registry.start(job, finish_reply)
+async def _start_and_announce(jobs: list[ReplyJob], room_id: int, frame: RoomFrame) -> None:
+    """Start the replies' model requests, then broadcast their articles: the broadcast
+    overlaps the model's time to first token, and no piece is sent before it."""
+    lives = [registry.start(job, finish_reply) for job in jobs]
+    try:
+        await broadcast(room_id, frame)
+    finally:
+        for live in lives:
+            live.announced.set()
 
 
 def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message:
@@ -584,10 +587,8 @@ async def regenerate_reply(user_id: int, room_id: int, message_id: object) -> No
     if not post_buckets.take((user_id, room_id)):
         raise ClientError("rate.limited", "You are sending messages too fast; wait a moment.")
     reply, jobs = await database_sync_to_async(_store_regenerate)(user_id, room_id, message_id)
-    await broadcast(
-        room_id, {"type": "room.frame", "kind": "new", "msg": reply.id, "html": rendering.frame_new([reply])}
-    )
-    _start(jobs)
+    frame: RoomFrame = {"type": "room.frame", "kind": "new", "msg": reply.id, "html": rendering.frame_new([reply])}
+    await _start_and_announce(jobs, room_id, frame)
 
 
 # --- what a (re)connecting member is shown ----------------------------------------------
