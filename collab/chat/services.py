@@ -399,7 +399,10 @@ def _allocate_seqs(room_id: int, count: int) -> int:
 
 
 def _reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[ReplyJob]:
-    history = list(Message.objects.filter(room=room, seq__lte=answered.seq).order_by("-seq")[:100])[::-1]
+    # Only what the context needs, and no more messages than a budget could hold.
+    recent = Message.objects.filter(room=room, seq__lte=answered.seq).order_by("-seq")
+    fields = ("seq", "role", "status", "text", "author_name", "assistant_id")
+    history = list(recent.only(*fields)[:60])[::-1]
     jobs = []
     for reply in replies:
         assistant = reply.assistant
