@@ -10,12 +10,13 @@ import html
 import re
 from dataclasses import dataclass, field
 
+from collab.loadtest.wire import ARTICLE_RE as _ARTICLE
+from collab.loadtest.wire import ATTR_RE as _ATTR
+from collab.loadtest.wire import BODY_RE as _BODY
+from collab.loadtest.wire import ERROR_RE as _ERROR
+from collab.loadtest.wire import SNAPSHOT_PREFIX as _SNAPSHOT
+
 _DELTA = re.compile(r'<div id="msg-(\d+)-body" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>', re.S)
-_ARTICLE = re.compile(r"<article ([^>]*)>(.*?)</article>", re.S)
-_ATTR = re.compile(r'([\w-]+)="([^"]*)"')
-_BODY = re.compile(r'<div id="msg-\d+-body" class="body (raw|md)">(.*?)</div>\s*(?:<p class="reason"|$)', re.S)
-_ERROR = re.compile(r'<p class="error" data-code="([^"]+)">(.*?)</p>', re.S)
-_SNAPSHOT = '<div id="messages" hx-swap-oob="true"'
 
 
 @dataclass

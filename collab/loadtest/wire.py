@@ -19,14 +19,14 @@ _DELTA = re.compile(
     rb'<div id="msg-(\d+)-body" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>',
     re.S,
 )
-_ARTICLE = re.compile(r"<article ([^>]*)>(.*?)</article>", re.S)
-_ATTR = re.compile(r'([\w-]+)="([^"]*)"')
-_BODY = re.compile(
+ARTICLE_RE = re.compile(r"<article ([^>]*)>(.*?)</article>", re.S)
+ATTR_RE = re.compile(r'([\w-]+)="([^"]*)"')
+BODY_RE = re.compile(
     r'<div id="msg-\d+-body" class="body (raw|md)">(.*?)</div>\s*(?:<p class="reason"|$)',
     re.S,
 )
-_ERROR = re.compile(r'<p class="error" data-code="([^"]+)">(.*?)</p>', re.S)
-_SNAPSHOT = '<div id="messages" hx-swap-oob="true"'
+ERROR_RE = re.compile(r'<p class="error" data-code="([^"]+)">(.*?)</p>', re.S)
+SNAPSHOT_PREFIX = '<div id="messages" hx-swap-oob="true"'
 _NEW = '<div id="messages" hx-swap-oob="beforeend"'
 _NONCE = re.compile(r"\blt[0-9a-f]{16}\b")
 _TAG = re.compile(r"<[^>]*>")
@@ -80,9 +80,9 @@ def words_of_text(text: str) -> list[str]:
 
 def _articles(text: str) -> list[ArticleInfo]:
     out = []
-    for m in _ARTICLE.finditer(text):
-        attrs = dict(_ATTR.findall(m.group(1)))
-        body = _BODY.search(m.group(2))
+    for m in ARTICLE_RE.finditer(text):
+        attrs = dict(ATTR_RE.findall(m.group(1)))
+        body = BODY_RE.search(m.group(2))
         raw = body is not None and body.group(1) == "raw"
         content = body.group(2) if body is not None else ""
         out.append(
@@ -112,7 +112,7 @@ def parse_frame(data: bytes) -> Parsed:
         if pieces:
             return Parsed("delta", pieces=pieces)
     text = data.decode("utf-8", "replace")
-    if text.startswith(_SNAPSHOT):
+    if text.startswith(SNAPSHOT_PREFIX):
         return Parsed("snapshot", articles=_articles(text))
     if text.startswith(_NEW):
         articles = _articles(text)
@@ -128,7 +128,7 @@ def parse_frame(data: bytes) -> Parsed:
         if articles and articles[0].attrs.get("hx-swap-oob") == "true":
             return Parsed("final", articles=articles)
         return Parsed("other", articles=articles)
-    errors = [(code, html.unescape(msg)) for code, msg in _ERROR.findall(text)]
+    errors = [(code, html.unescape(msg)) for code, msg in ERROR_RE.findall(text)]
     if errors:
         return Parsed("error", errors=errors)
     return Parsed("other")
