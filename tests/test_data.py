@@ -33,10 +33,7 @@ def test_concurrent_posts_never_share_or_skip_a_seq(world: World) -> None:
     def poster(n: int) -> list[int]:
         barrier.wait()
         user = world.alice if n % 2 else world.bob
-        return [
-            services.store_post(user.pk, world.room.pk, f"t{n} m{i}", None)[0].message.seq
-            for i in range(POSTS)
-        ]
+        return [services.store_post(user.pk, world.room.pk, f"t{n} m{i}", None)[0].message.seq for i in range(POSTS)]
 
     with ThreadPoolExecutor(THREADS) as pool:
         results = list(pool.map(lambda n: _in_thread(poster, n), range(THREADS)))

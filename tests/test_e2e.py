@@ -125,9 +125,7 @@ class Server:
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def daphne(
-    request: pytest.FixtureRequest, recorded_sim: tuple[str, Recorder], tmp_path: Path
-) -> Iterator[Server]:
+def daphne(request: pytest.FixtureRequest, recorded_sim: tuple[str, Recorder], tmp_path: Path) -> Iterator[Server]:
     env = {
         **os.environ,
         "COLLAB_SQLITE_PATH": str(tmp_path / "e2e.sqlite3"),
@@ -164,9 +162,7 @@ def login(base: str, username: str, password: str) -> str:
     page = opener.open(f"{base}/accounts/login/").read().decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
     assert token is not None
-    form = urllib.parse.urlencode(
-        {"username": username, "password": password, "csrfmiddlewaretoken": token.group(1)}
-    )
+    form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token.group(1)})
     opener.open(f"{base}/accounts/login/", data=form.encode())
     cookies = {c.name: c.value for c in jar}
     assert "sessionid" in cookies, "login failed"
@@ -185,9 +181,7 @@ def stored_replies(server: Server) -> dict[int, dict[str, Any]]:
     return {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
 
 
-async def test_two_members_see_two_parallel_replies(
-    daphne: Server, recorded_sim: tuple[str, Recorder]
-) -> None:
+async def test_two_members_see_two_parallel_replies(daphne: Server, recorded_sim: tuple[str, Recorder]) -> None:
     _, recorder = recorded_sim
     recorder.requests.clear()
     cookies = await asyncio.gather(

@@ -106,9 +106,7 @@ async def test_repeated_client_id_posts_once(world: World) -> None:
         ({"action": "stop", "message_id": 999999}, "message.not_found"),
     ],
 )
-async def test_bad_input_is_an_error_to_the_sender_only(
-    world: World, frame: dict[str, object], code: str
-) -> None:
+async def test_bad_input_is_an_error_to_the_sender_only(world: World, frame: dict[str, object], code: str) -> None:
     async with member(world.alice) as alice, member(world.bob) as bob:
         await alice.send(**frame)
         await alice.until(lambda f: bool(f.errors))
@@ -205,9 +203,7 @@ async def test_reconnect_mid_reply_continues_from_the_snapshot(world: World) -> 
         await alice.post("@a a long answer please")
         await alice.until(lambda f: any(r.pieces >= 2 for r in f.replies.values()))
         async with member(world.bob) as late:
-            live = [
-                (r.id, r.status, len(r.text)) for r in late.frames.replies.values() if r.role == "assistant"
-            ]
+            live = [(r.id, r.status, len(r.text)) for r in late.frames.replies.values() if r.role == "assistant"]
             await late.until(lambda f: all_final(f, 1))
         await alice.until(lambda f: all_final(f, 1))
     stored = {x.id: x for x in await amessages()}

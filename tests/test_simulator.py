@@ -453,9 +453,7 @@ async def test_unknown_fault_through_the_sdk_is_bad_request() -> None:
 
 async def test_unknown_path_method_and_size_limits() -> None:
     app = make_app(max_body_bytes=1000)
-    async with httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=app), base_url="http://sim.test"
-    ) as http:
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://sim.test") as http:
         response = await http.get("/v1/nothing")
         assert response.status_code == 404 and "error" in response.json()
         assert (await http.get("/v1/chat/completions")).status_code == 405
@@ -504,9 +502,7 @@ async def test_tick_batches_due_tokens_into_fewer_writes() -> None:
             stream = await client.chat.completions.create(model="sim", messages=MSGS, stream=True)
             start = float(stream.response.headers["x-sim-start"])
             assert stream.response.headers["x-sim-tick-ms"] == "50"
-            arrivals = [
-                time.time() async for chunk in stream if chunk.choices and chunk.choices[0].delta.content
-            ]
+            arrivals = [time.time() async for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
         assert len(arrivals) == n
         for i, arrived in enumerate(arrivals):
             # Held until the stream's next 50 ms tick, never sent early.
@@ -679,13 +675,9 @@ def _start(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
     ids=["python-m-sigint", "manage-py-sigterm"],
 )
 def test_command_line_serves_and_stops_cleanly(cmd: list[str], sig: signal.Signals) -> None:
-    proc, line = _start(
-        [*cmd, "--host", "127.0.0.1", "--port", "0", "--tps", "800", "--ttft-ms", "5", "--seed", "7"]
-    )
+    proc, line = _start([*cmd, "--host", "127.0.0.1", "--port", "0", "--tps", "800", "--ttft-ms", "5", "--seed", "7"])
     try:
-        match = re.fullmatch(
-            r"simulated model on (http://127\.0\.0\.1:(\d+)/v1) \(tps=800, ttft=5 ms, seed=7\)", line
-        )
+        match = re.fullmatch(r"simulated model on (http://127\.0\.0\.1:(\d+)/v1) \(tps=800, ttft=5 ms, seed=7\)", line)
         assert match, line
         url = match.group(1)
         with httpx2.Client() as http:

@@ -105,12 +105,8 @@ def test_reset_invite_invalidates_old_link(logged_in: Client, alice: User) -> No
 
 def test_settings_owner_only_and_attach_assistants(logged_in: Client, alice: User) -> None:
     room = services.create_room(alice, "Mine")
-    extra = Assistant.objects.create(
-        handle="extra", display_name="Extra", provider=room.assistants.get().provider
-    )
-    response = logged_in.post(
-        "/r/mine/settings/", {"topic": "new", "reply_to_all": "on", "assistants": [extra.pk]}
-    )
+    extra = Assistant.objects.create(handle="extra", display_name="Extra", provider=room.assistants.get().provider)
+    response = logged_in.post("/r/mine/settings/", {"topic": "new", "reply_to_all": "on", "assistants": [extra.pk]})
     assert response.status_code == 302
     room.refresh_from_db()
     assert room.topic == "new" and room.reply_to_all
@@ -125,9 +121,7 @@ def test_settings_owner_only_and_attach_assistants(logged_in: Client, alice: Use
 def test_older_messages_page(logged_in: Client, alice: User) -> None:
     room = services.create_room(alice, "Busy")
     for seq in range(1, 121):
-        Message.objects.create(
-            room=room, seq=seq, role="user", author=alice, author_name="alice", text=f"m{seq}"
-        )
+        Message.objects.create(room=room, seq=seq, role="user", author=alice, author_name="alice", text=f"m{seq}")
     page = logged_in.get("/r/busy/")
     assert b'data-seq="120"' in page.content and b'data-seq="70"' not in page.content
     assert b"?before=71" in page.content
@@ -162,7 +156,9 @@ def test_cost_totals_per_room_and_user(logged_in: Client, alice: User) -> None:
     a_q = Message.objects.create(room=room, seq=1, role="user", author=alice, author_name="alice", text="q")
     b_q = Message.objects.create(room=room, seq=2, role="user", author=bob, author_name="bob", text="q")
     for seq, question, cost in ((3, a_q, "0.0125"), (4, a_q, "0.0100"), (5, b_q, "0.5")):
-        Message.objects.create(room=room, seq=seq, role="assistant", author_name="A", reply_to=question, cost=Decimal(cost))
+        Message.objects.create(
+            room=room, seq=seq, role="assistant", author_name="A", reply_to=question, cost=Decimal(cost)
+        )
     assert services.user_cost(alice.pk) == Decimal("0.0225")
     assert services.room_cost(room.pk) == Decimal("0.5225")
     assert b"$0.0225" in logged_in.get("/").content
