@@ -43,6 +43,19 @@ def require_redis() -> str:
     return REDIS_URL
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _close_database_thread_connections(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Connections persist (CONN_MAX_AGE), also in the one thread that runs every
+    database_sync_to_async call: close them there before the test database is dropped
+    (PostgreSQL refuses to drop a database in use)."""
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+
+
 # --- the simulated model ----------------------------------------------------------------
 
 SIM_TPS = 1500.0  # fast enough to keep tests quick, slow enough that replies interleave
