@@ -1,7 +1,7 @@
 """Streaming replies: one asyncio task per reply, all in parallel, owned by a process-wide
 registry (not by any socket), each feeding a Coalescer that turns tokens into frames.
 
-    llm.stream_chat ──tokens──> LiveReply.push ──> Coalescer ──frames──> group_send(room)
+    llm.pool.stream_reply ──tokens──> Coalescer.push ──frames──> broadcast (one group_send per frame)
 
 The reader never waits for the channel layer: pieces are appended in memory and a
 separate flusher sends at most one frame per window (the first piece at once).
@@ -128,62 +128,57 @@ class LiveReply:
 Finish = Callable[[ReplyJob, Outcome], Awaitable[None]]
 
 
-async def _send_state(live: LiveReply, group: str, text: str) -> None:
-    frame: RoomFrame = {
-        "type": "room.frame",
-        "kind": "other",
-        "msg": live.job.message_id,
-        "html": rendering.frame_state(live.job.message_id, text),
-    }
+async def broadcast(room_id: int, frame: RoomFrame) -> None:
+    """Send one pre-rendered frame to every socket of a room: the only group_send of a room."""
+    metrics.FRAMES.labels(frame["kind"]).inc()
     layer = get_channel_layer()
     assert layer is not None
-    await layer.group_send(group, frame)  # type: ignore[arg-type]
+    await layer.group_send(room_group(room_id), frame)  # type: ignore[arg-type]
 
 
-async def _send_delta(live: LiveReply, group: str, offset: int, text: str) -> None:
+async def _send_state(live: LiveReply, text: str) -> None:
+    message_id = live.job.message_id
+    html = rendering.frame_state(message_id, text)
+    await broadcast(live.job.room_id, {"type": "room.frame", "kind": "other", "msg": message_id, "html": html})
+
+
+async def _send_delta(live: LiveReply, offset: int, text: str) -> None:
     if not live.announced.is_set():
         await live.announced.wait()
     live.flushed_parts.append(text)
-    metrics.FRAMES.labels("delta").inc()
-    frame: RoomFrame = {
-        "type": "room.frame",
-        "kind": "delta",
-        "msg": live.job.message_id,
-        "offset": offset,
-        "html": rendering.frame_delta(live.job.message_id, offset, text),
-    }
-    layer = get_channel_layer()
-    assert layer is not None
-    await layer.group_send(group, frame)  # type: ignore[arg-type]
+    message_id = live.job.message_id
+    html = rendering.frame_delta(message_id, offset, text)
+    await broadcast(
+        live.job.room_id, {"type": "room.frame", "kind": "delta", "msg": message_id, "offset": offset, "html": html}
+    )
 
 
 async def run_reply(live: LiveReply, finish: Finish) -> None:
     """Stream one reply to its room, then hand the outcome to `finish` (store + broadcast)."""
     job = live.job
-    group = room_group(job.room_id)
-    window_s = settings.COLLAB["COALESCE_MS"] / 1000
 
     async def emit(offset: int, text: str) -> None:
-        await _send_delta(live, group, offset, text)
+        await _send_delta(live, offset, text)
 
-    coalescer = Coalescer(window_s, emit)
+    coalescer = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, emit)
     loop = asyncio.get_running_loop()
     started = loop.time()
     first_at: float | None = None
     chunks = 0
     usage: Usage | None = None
     status, error = "done", ""
+    shutting_down: asyncio.CancelledError | None = None
 
     async def on_queued(position: int) -> None:
         live.queued = True
-        await _send_state(live, group, f"queued ({position} ahead)" if position > 1 else "queued")
+        await _send_state(live, f"queued ({position} ahead)" if position > 1 else "queued")
 
     async def on_started(_base_url: str) -> None:
         nonlocal started
         started = loop.time()  # time to first token is the model's, not the queue's
         if live.queued:
             live.queued = False
-            await _send_state(live, group, "writing…")
+            await _send_state(live, "writing…")
 
     try:
         async with (
@@ -213,31 +208,19 @@ async def run_reply(live: LiveReply, finish: Finish) -> None:
         log.warning("reply %s failed: %s", job.message_id, exc)
     except TimeoutError:
         status, error = "failed", f"the reply took longer than {job.provider.total_timeout_s:g} s"
-    except asyncio.CancelledError:
-        # stop() sets a reason first; any other cancellation is the process shutting down.
-        status, error = ("stopped", "") if live.stop_reason else ("failed", "the server restarted mid-reply")
-        if not live.stop_reason:
-            await _finish(live, coalescer, finish, started, first_at, chunks, usage, status, error)
-            raise
+    except asyncio.CancelledError as exc:
+        # stop() sets a reason first; any other cancellation is the process shutting
+        # down: the reply is stored as failed, then the cancellation goes on.
+        if live.stop_reason:
+            status = "stopped"
+        else:
+            status, error, shutting_down = "failed", "the server restarted mid-reply", exc
     except Exception:  # a bug must not leave the reply streaming forever
         log.exception("reply %s crashed", job.message_id)
         status, error = "failed", "internal error"
-    await _finish(live, coalescer, finish, started, first_at, chunks, usage, status, error)
 
-
-async def _finish(
-    live: LiveReply,
-    coalescer: Coalescer,
-    finish: Finish,
-    started: float,
-    first_at: float | None,
-    chunks: int,
-    usage: Usage | None,
-    status: str,
-    error: str,
-) -> None:
     await coalescer.close()
-    ended = asyncio.get_running_loop().time()
+    ended = loop.time()
     tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else chunks
     streaming_s = ended - first_at if first_at is not None else 0.0
     outcome = Outcome(
@@ -256,9 +239,11 @@ async def _finish(
     if outcome.ttft_ms is not None:
         metrics.REPLY_TTFT.observe(outcome.ttft_ms / 1000)
     try:
-        await finish(live.job, outcome)
+        await finish(job, outcome)
     except Exception:
-        log.exception("could not store reply %s", live.job.message_id)
+        log.exception("could not store reply %s", job.message_id)
+    if shutting_down is not None:
+        raise shutting_down
 
 
 class Registry:

@@ -31,8 +31,8 @@ from django.utils.text import slugify
 
 from collab.chat import metrics, rendering
 from collab.chat.context import build_context
-from collab.chat.events import MembershipEnded, RoomFrame, room_group, user_group
-from collab.chat.generation import Outcome, ReplyJob, registry
+from collab.chat.events import MembershipEnded, RoomFrame, user_group
+from collab.chat.generation import Outcome, ReplyJob, broadcast, registry
 from collab.chat.markup import render_markdown
 from collab.chat.models import Assistant, Membership, Message, Provider, Room
 from collab.llm.pool import ProviderConfig
@@ -53,13 +53,6 @@ class ClientError(Exception):
 
 
 # --- broadcasting -------------------------------------------------------------------
-
-
-async def broadcast(room_id: int, frame: RoomFrame) -> None:
-    metrics.FRAMES.labels(frame["kind"]).inc()
-    layer = get_channel_layer()
-    assert layer is not None
-    await layer.group_send(room_group(room_id), frame)  # type: ignore[arg-type]
 
 
 def broadcast_sync(room_id: int, frame: RoomFrame) -> None:
