@@ -1,8 +1,10 @@
 """The load generator: its pieces on their own, and a short `loadtest --scenario one-room`
 end to end through the real command (simulator, Daphne and Locust as processes).
 
-The end-to-end run asserts what the run must deliver (every WIRE.md report key, the
-integrity figures at zero, replies completed), never how fast the machine is.
+The end-to-end runs assert what the run must deliver (every WIRE.md report key, the
+integrity figures at zero, replies completed; with ``--processes 2`` the members of one
+room spread over two server processes and Redis' commands per reply), never how fast
+the machine is.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
-from collab.loadtest.report import LATENCY_KEYS, REPORT_KEYS, knee_of, passes
+from collab.loadtest.config import RunConfig
+from collab.loadtest.report import LATENCY_KEYS, REPORT_KEYS, knee_of, passes, summary, table
+from collab.loadtest.room import RoomRun
+from collab.loadtest.sampler import Counters, Sampler, level_resources
 from collab.loadtest.stats import Collector, Histogram, percentiles
 from collab.loadtest.wire import parse_frame, words_of_html, words_of_text
 from collab.loadtest.wsclient import ConnectionClosed, WebSocket
 from collab.simulator.text import simulated_tokens, split_tokens
+from tests.conftest import require_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -158,6 +166,71 @@ def test_knee_is_the_highest_passing_level() -> None:
     assert knee_of([step(1, 500.0)]) is None
 
 
+def test_members_of_a_room_spread_over_the_server_processes() -> None:
+    room = {"slug": "r", "users": [{"username": f"u{i}", "password": "pw"} for i in range(5)], "assistants": ["a"]}
+    targets = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    cfg = RunConfig(target=targets[0], targets=targets, rooms=[room], sockets_per_member=2)
+    run = RoomRun(cfg, room, Collector())
+    # Member i (and each of its tabs) on process i mod 2.
+    assert [(c.username, c.server) for c in run.conns] == [(f"u{i}", i % 2) for i in range(5) for _tab in range(2)]
+    assert [cfg.target_of(c.server) for c in run.conns[:4]] == [targets[0], targets[0], targets[1], targets[1]]
+    alone = RunConfig(target=targets[0], rooms=[room])
+    assert {c.server for c in RoomRun(alone, room, Collector()).conns} == {0}
+    assert alone.target_of(alone.server_of(3)) == targets[0]
+
+
+def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() -> None:
+    sampler = Sampler()  # not started: fed by hand
+    sampler.watch("server/0", 1, group="server")
+    sampler.watch("server/1", 2, group="server")
+    for t, (c0, r0), (c1, r1) in [(100.0, (1.0, 50.0), (2.0, 60.0)), (110.0, (3.0, 55.0), (3.0, 61.0))]:
+        sample = {"server/0": (c0, r0), "server/1": (c1, r1), "server": (c0 + c1, r0 + r1)}
+        sampler.samples.append((t, sample))
+    col = Collector()
+    col.window = [100.0, 110.0]
+    col.count("replies_completed", 4)
+    col.count("sockets_server_0", 3)
+    col.count("sockets_server_1", 2)
+    targets = ["http://a", "http://b"]
+    before = Counters(
+        at=99.0,
+        redis_calls={"publish": 10, "info": 5, "subscribe": 1},
+        redis_cpu_s=1.0,
+        metrics=[{"collab_posts_total": 1.0, 'collab_replies_total{status="done"}': 1.0}, None],
+    )
+    after = Counters(
+        at=111.0,
+        redis_calls={"publish": 90, "info": 50, "subscribe": 5, "unsubscribe": 4},
+        redis_cpu_s=2.2,
+        metrics=[
+            {
+                "collab_posts_total": 4.0,
+                'collab_replies_total{status="done"}': 3.0,
+                'collab_replies_total{status="error"}': 1.0,
+            },
+            None,
+        ],
+    )
+    out = level_resources(sampler, col, {}, targets, before, after)
+    assert out["server_cpu_percent"] == 30.0  # (2 + 1) CPU seconds over 10 s
+    assert out["server_rss_mb"] == 116.0  # the peak of the sum
+    assert out["servers"] == [
+        {"target": "http://a", "cpu_percent": 20.0, "rss_mb": 55.0, "sockets": 3, "posts": 3, "replies": 3},
+        {"target": "http://b", "cpu_percent": 10.0, "rss_mb": 61.0, "sockets": 2, "posts": None, "replies": None},
+    ]
+    # 80 publish + 4 subscribe + 4 unsubscribe over 4 replies; the run's own INFO calls left out.
+    assert out["redis_ops_per_reply"] == {"total": 22.0, "publish": 20.0, "subscribe": 1.0, "unsubscribe": 1.0}
+    assert out["redis_calls"] == {"publish": 80, "subscribe": 4, "unsubscribe": 4}
+    assert out["redis_cpu_level_percent"] == 10.0  # 1.2 CPU seconds over 12 s
+
+
+def test_processes_need_a_redis_layer() -> None:
+    with pytest.raises(CommandError, match="needs a Redis channel layer"):
+        call_command("loadtest", scenario="one-room", processes=2, layer="memory")
+    with pytest.raises(CommandError, match="not with --target"):
+        call_command("loadtest", scenario="one-room", processes=2, target="http://x", credentials="c.json")
+
+
 # --- the whole command -----------------------------------------------------------------------
 
 
@@ -216,3 +289,54 @@ def test_one_room_run_end_to_end(tmp_path: Path) -> None:
     for key in ("server_cpu_percent", "server_rss_mb", "generator_cpu_percent"):
         assert isinstance(report[key], int | float) and report[key] >= 0, key
     assert report["server_rss_mb"] > 0
+
+
+@pytest.mark.loadtest
+@pytest.mark.redis
+@pytest.mark.timeout(600)
+def test_two_server_processes_share_each_room(tmp_path: Path) -> None:
+    """One room of 4 on two Daphne processes: members 0 and 2 on one, 1 and 3 on the other,
+    each logged in on the process it does not connect to; the Redis layer carries every
+    reply to the members of the other process."""
+    redis_url = require_redis()
+    out = tmp_path / "out.json"
+    cmd = [
+        sys.executable, str(ROOT / "manage.py"), "loadtest", "--scenario", "one-room",
+        "--processes", "2", "--redis", redis_url, "--members", "4", "--duration", "4",
+        "--reply-tokens", "200", "--offered", "1", "--json", str(out), "--keep", str(tmp_path / "run"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=540, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for key in REPORT_KEYS:
+        assert key in report, key
+    assert report["params"]["processes"] == 2 and report["params"]["layer"] == "pubsub"
+
+    # Integrity, at every member of both processes.
+    assert report["chars_lost"] == 0
+    assert report["chars_duplicated"] == 0
+    assert report["chars_out_of_order"] == 0
+    assert report["replies_completed"] > 0
+    assert report["replies_failed"] == 0
+    assert report["errors"] == 0, report["details"]["error_codes"]
+    assert report["details"]["final_mismatch"] == 0
+    assert report["details"]["member_replies"] == 4 * report["replies_completed"]
+
+    # The members really were on two processes, and both took posts (ran replies) that
+    # the members of the other one received.
+    servers = report["servers"]
+    assert len(servers) == 2 and servers[0]["target"] != servers[1]["target"]
+    assert [s["sockets"] for s in servers] == [2, 2]
+    for s in servers:
+        assert s["cpu_percent"] > 0 and s["rss_mb"] > 0, s
+        assert s["posts"] > 0 and s["replies"] > 0, s
+    assert sum(s["posts"] for s in servers) == report["details"]["posts"]
+    assert report["server_cpu_percent"] == pytest.approx(sum(s["cpu_percent"] for s in servers), abs=0.5)
+
+    # Redis' commands per reply: the layer publishes each frame once to the room's group.
+    ops = report["redis_ops_per_reply"]
+    assert ops["total"] > 0 and ops["publish"] > 0, ops
+    assert ops["total"] == pytest.approx(sum(v for k, v in ops.items() if k != "total"), abs=0.1)
+    assert isinstance(report["redis_cpu_percent"], int | float)
+    text = summary(report) + table([report])
+    assert "server processes: #0" in text and "commands per reply" in text

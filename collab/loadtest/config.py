@@ -14,13 +14,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunConfig"]
+__all__ = ["RunConfig", "ws_base"]
 
 
 @dataclasses.dataclass
 class RunConfig:
     target: str  # http://127.0.0.1:PORT
     rooms: list[dict[str, Any]]  # seed_loadtest's "rooms" (users may carry a "session")
+    # Several server processes of one app: member i of every room uses targets[i % N]
+    # (empty: every member uses ``target``).
+    targets: list[str] = dataclasses.field(default_factory=list)
     post_rate: float = 0.5  # posts per second per room, Poisson; 0: idle sockets only
     mentions: int = 1  # assistants @mentioned per post (the first N of the room's)
     duration_s: float = 10.0  # posting phase
@@ -48,11 +51,18 @@ class RunConfig:
 
     @property
     def ws_base(self) -> str:
-        return "ws://" + self.target.split("://", 1)[1].rstrip("/")
+        return ws_base(self.target)
 
     @property
     def origin_header(self) -> str:
         return self.origin or self.target.rstrip("/")
+
+    def server_of(self, member: int) -> int:
+        """Which server process the room's ``member``-th member (from 0) connects to."""
+        return member % len(self.targets) if self.targets else 0
+
+    def target_of(self, server: int) -> str:
+        return (self.targets[server] if self.targets else self.target).rstrip("/")
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -65,3 +75,8 @@ class RunConfig:
         data = json.loads(Path(path).read_text())
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def ws_base(target: str) -> str:
+    """``ws://host:port`` of a server's ``http://host:port``."""
+    return "ws://" + target.split("://", 1)[1].rstrip("/")

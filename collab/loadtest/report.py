@@ -16,6 +16,7 @@ __all__ = [
     "draw_chart",
     "knee_of",
     "passes",
+    "summary",
     "table",
 ]
 
@@ -42,6 +43,9 @@ REPORT_KEYS = (
     "server_cpu_percent",
     "server_rss_mb",
     "generator_cpu_percent",
+    "servers",
+    "redis_cpu_percent",
+    "redis_ops_per_reply",
 )
 LAG_LIMIT_MS = 100.0  # the knee: the highest load whose p99 delivery lag stays under this
 
@@ -84,9 +88,12 @@ def build_step(
         "replies_completed": c.get("replies_completed", 0),
         "replies_failed": c.get("replies_failed", 0),
         "errors": c.get("errors", 0),
-        "server_cpu_percent": resources.get("server_cpu_percent"),
+        "server_cpu_percent": resources.get("server_cpu_percent"),  # the sum over the server processes
         "server_rss_mb": resources.get("server_rss_mb"),
         "generator_cpu_percent": gen_cpu,
+        "servers": list(resources.get("servers", [])),  # each server process
+        "redis_cpu_percent": resources.get("redis_cpu_percent"),
+        "redis_ops_per_reply": resources.get("redis_ops_per_reply"),
     }
     report["details"] = {
         "complete": complete,
@@ -178,6 +185,8 @@ _COLUMNS: list[tuple[str, str]] = [
     ("cpu", "server CPU%"),
     ("rss", "RSS MB"),
     ("gen", "gen CPU%"),
+    ("redis", "Redis CPU%"),
+    ("ops", "Redis ops/reply"),
 ]
 
 
@@ -202,6 +211,8 @@ def _row(step: Mapping[str, Any]) -> dict[str, str]:
         "cpu": _f(step["server_cpu_percent"], 0),
         "rss": _f(step["server_rss_mb"], 0),
         "gen": _f(step["generator_cpu_percent"], 0),
+        "redis": _f(step.get("redis_cpu_percent"), 0),
+        "ops": _f((step.get("redis_ops_per_reply") or {}).get("total"), 1),
     }
 
 
@@ -218,6 +229,42 @@ def table(steps: Sequence[Mapping[str, Any]], markdown: bool = False) -> str:
     lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
     lines += ["  ".join(r[k].rjust(w) for k, w in zip(keys, widths, strict=True)) for r in rows]
     return "\n".join(lines)
+
+
+def summary(step: Mapping[str, Any]) -> str:
+    """One level in a line or three: what it offered, what it got, and what it cost."""
+    p, d = step["params"], step["details"]
+    lag, added = step["delivery_lag_ms"], step["added_ttft_ms"]
+    if p.get("posts_per_s_per_room", 0) == 0:
+        line = (
+            f"  {p['sockets']} idle sockets: {d['sockets']} connected,"
+            f" {d['sockets_open_at_end']} open at the end;"
+            f" server RSS {step['server_rss_mb']} MB ({d.get('kb_per_connection')} KB per connection,"
+            f" slope {d.get('kb_per_connection_slope')} KB)"
+        )
+    else:
+        line = (
+            f"  {p['rooms']} rooms, {p['concurrent_replies']} replies offered"
+            f" ({d['concurrent_replies_mean']} mean):"
+            f" lag p99 {lag['p99']} ms, added TTFT p50/p99 {added['p50']}/{added['p99']} ms,"
+            f" lost {step['chars_lost']}, failed {step['replies_failed']}, errors {step['errors']},"
+            f" server CPU {step['server_cpu_percent']}%, generator CPU {step['generator_cpu_percent']}%"
+        )
+    servers = step.get("servers") or []
+    if len(servers) > 1:
+        each = [
+            f"#{i} {_f(s.get('cpu_percent'), 0)}% CPU {_f(s.get('rss_mb'), 0)} MB"
+            f" {_f(s.get('sockets'))} sockets {_f(s.get('posts'))} posts {_f(s.get('replies'))} replies"
+            for i, s in enumerate(servers)
+        ]
+        line += "\n  server processes: " + "; ".join(each)
+    ops = step.get("redis_ops_per_reply")
+    if ops or step.get("redis_cpu_percent") is not None:
+        line += f"\n  Redis: {_f(step.get('redis_cpu_percent'), 0)}% CPU"
+        if ops:
+            top = [f"{cmd} {n:g}" for cmd, n in ops.items() if cmd != "total"][:5]
+            line += f", {ops['total']:g} commands per reply ({', '.join(top)})"
+    return line
 
 
 # --- the chart ------------------------------------------------------------------------------

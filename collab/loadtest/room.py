@@ -34,7 +34,7 @@ import gevent.event
 import gevent.lock
 
 from collab.loadtest.client import LoginError, http_login
-from collab.loadtest.config import RunConfig
+from collab.loadtest.config import RunConfig, ws_base
 from collab.loadtest.stats import Collector
 from collab.loadtest.wire import Parsed, parse_frame, words_of_text
 from collab.loadtest.wsclient import ConnectionClosed, HandshakeError, WebSocket
@@ -98,9 +98,10 @@ class Post:
 class Conn:
     """One WebSocket of one member (a member may have several: tabs)."""
 
-    def __init__(self, index: int, username: str) -> None:
+    def __init__(self, index: int, username: str, server: int = 0) -> None:
         self.index = index
         self.username = username
+        self.server = server  # which of the config's targets it connects to
         self.session = ""
         self.ws: WebSocket | None = None
         self.replies: dict[int, MemberReply] = {}
@@ -132,9 +133,10 @@ class RoomRun:
         self.live = live if live is not None else {}
         self.rng = random.Random(f"{cfg.seed}:{self.slug}")
         self.conns: list[Conn] = []
-        for u in self.users:
+        # Member i connects to server process i mod N (its tabs too): a room spans them all.
+        for i, u in enumerate(self.users):
             for _ in range(max(1, cfg.sockets_per_member)):
-                self.conns.append(Conn(len(self.conns), u["username"]))
+                self.conns.append(Conn(len(self.conns), u["username"], cfg.server_of(i)))
         self.cache: dict[bytes, Parsed] = {}
         self.posts: dict[str, Post] = {}
         self.reply_post: dict[int, Post] = {}
@@ -166,13 +168,16 @@ class RoomRun:
 
     def login(self) -> None:
         sessions: dict[str, str] = {}
-        for u in self.users:
+        for i, u in enumerate(self.users):
             if u.get("session"):
                 sessions[u["username"]] = u["session"]
                 continue
             start = time.perf_counter()
+            # With several server processes a member logs in on the next one and connects to
+            # its own: a session must hold on every process (one secret key, one database).
+            target = self.cfg.target_of(self.cfg.server_of(i + 1))
             try:
-                sessions[u["username"]] = http_login(self.cfg.target, u["username"], u["password"])
+                sessions[u["username"]] = http_login(target, u["username"], u["password"])
                 self.collector.count("logins")
                 self._event("login", (time.perf_counter() - start) * 1000)
             except (OSError, LoginError) as exc:
@@ -196,8 +201,9 @@ class RoomRun:
         return ok
 
     def _open(self, c: Conn) -> WebSocket:
-        url = f"{self.cfg.ws_base}/ws/rooms/{quote(self.slug)}/"
-        headers = {"Cookie": f"sessionid={c.session}", "Origin": self.cfg.origin_header}
+        target = self.cfg.target_of(c.server)
+        url = f"{ws_base(target)}/ws/rooms/{quote(self.slug)}/"
+        headers = {"Cookie": f"sessionid={c.session}", "Origin": self.cfg.origin or target}
         return WebSocket.connect(url, headers, timeout=self.cfg.connect_timeout_s)
 
     def _reader(self, c: Conn) -> None:
@@ -231,6 +237,7 @@ class RoomRun:
                             ms = (now - start) * 1000
                             self.collector.add("connect_ms", ms)
                             self.collector.count("sockets")
+                            self.collector.count(f"sockets_server_{c.server}")
                             self._live("sockets")
                             self._event("connect", ms)
                             c.ready.set()

@@ -31,6 +31,7 @@ class Scenario:
     login: Literal["http", "session"] = "http"
     sockets: int = 0  # idle: WebSockets per level are levels[i] (rooms x members x tabs)
     workers: int = 0  # Locust worker processes (0: one process, the local runner)
+    processes: int = 1  # Daphne server processes; member i of a room connects to process i mod N
     stop_at_knee: bool = True  # a sweep stops after the first level past the knee
 
     @property

@@ -1,7 +1,8 @@
 """``python manage.py loadtest --scenario NAME [--json FILE]`` (WIRE.md).
 
 Starts what the scenario needs on loopback (the simulated model, Daphne with the
-scenario's settings, a private Redis when the layer needs one), seeds accounts, runs
+scenario's settings -- ``--processes N`` of them, each room's members spread over them
+-- and a private Redis when the layer needs one), seeds accounts, runs
 the Locust simulated users headless, stops everything it started, and prints a table
 (with a progress line while it runs). ``--target URL --credentials FILE`` runs the
 users against a server elsewhere instead, starting nothing. See docs/loadtest.md.
@@ -66,7 +67,13 @@ class Command(BaseCommand):
             " redis:// URL; implies a Redis layer",
         )
         parser.add_argument("--login", choices=["http", "session"], help="how members get their session")
-        parser.add_argument("--workers", type=int, help="load-generator processes (0: one, the local runner)")
+        parser.add_argument("--workers", type=int, help="load-generator (Locust) processes (0: one, the local runner)")
+        parser.add_argument(
+            "--processes",
+            type=int,
+            help="Daphne server processes to start (default 1); each room's members are spread over them;"
+            " 2 or more need a Redis layer",
+        )
         parser.add_argument("--database-url", default="", help="PostgreSQL instead of a throwaway SQLite")
         parser.add_argument("--keep", default="", help="keep logs and files in this folder")
         parser.add_argument("--locust-csv", default="", help="Locust's CSV files, with this prefix")
@@ -102,12 +109,26 @@ class Command(BaseCommand):
             "layer": "layer",
             "login": "login",
             "workers": "workers",
+            "processes": "processes",
         }
         for opt, field in overrides.items():
             if o[opt] is not None:
                 setattr(sc, field, o[opt])
         if o["redis"] != "start" and sc.layer == "memory" and o["layer"] is None:
             sc.layer = "pubsub"
+        if sc.processes < 1:
+            raise CommandError("--processes wants 1 or more")
+        if sc.processes > 1:
+            if o["target"]:
+                raise CommandError("--processes starts server processes: not with --target (nothing is started)")
+            if o["layer"] == "memory":
+                raise CommandError(
+                    f"--processes {sc.processes} needs a Redis channel layer (--layer pubsub or core):"
+                    " the in-memory layer does not reach across processes"
+                )
+            if sc.layer == "memory":
+                sc.layer = "pubsub"
+                self.stdout.write(f"--processes {sc.processes}: the Redis pub/sub layer (processes share rooms)")
         if o["rooms"]:
             if sc.idle:
                 raise CommandError("idle takes --sockets, not --rooms")
