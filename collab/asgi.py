@@ -17,6 +17,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import OriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from collab.chat.lifecycle import start_with_server  # noqa: E402
 from collab.routing import websocket_urlpatterns  # noqa: E402
 
 allowed_origins = [h for h in settings.ALLOWED_HOSTS if h != "*"]
@@ -27,3 +28,4 @@ application = ProtocolTypeRouter(
         "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)), allowed_origins),
     }
 )
+start_with_server()  # heartbeat, sweep, control listener, SIGTERM drain (collab/chat/lifecycle.py)

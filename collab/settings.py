@@ -204,4 +204,12 @@ COLLAB: dict[str, Any] = {
     # Model context per assistant, in characters (~4 per token) of room history.
     "CONTEXT_CHARS": env_int("COLLAB_CONTEXT_CHARS", 12_000),
     "MAX_CONCURRENT_REPLIES_PER_MESSAGE": 8,
+    # SIGTERM: how long running replies may finish before the rest are stored `interrupted`.
+    "DRAIN_S": env_float("COLLAB_DRAIN_S", 10.0),
+    # The process's background work: control listener, heartbeat, sweep (collab/chat/lifecycle.py).
+    "BACKGROUND": env("COLLAB_BACKGROUND", "1") == "1",
 }
+# State shared by the server processes (collab/chat/shared/): live replies, leases, rate
+# limits, presence. In Redis whenever the channel layer is, else in this process's memory.
+COLLAB_SHARED_REDIS_URL = env("COLLAB_SHARED_REDIS_URL", REDIS_URL)
+COLLAB_REDIS_PREFIX = env("COLLAB_REDIS_PREFIX", "collab:")

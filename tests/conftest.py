@@ -20,7 +20,9 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
+from collab.chat import shared
 from collab.chat.generation import registry
+from collab.chat.lifecycle import runtime
 from collab.chat.models import Assistant, Membership, Provider, Room
 from collab.llm.client import aclose_clients
 from collab.loadtest.frames import Frames
@@ -76,27 +78,45 @@ def sim_url(sim: tuple[str, Any]) -> str:
 # --- channel layers -----------------------------------------------------------------------
 
 
-def _layer_config(kind: str) -> dict[str, Any]:
+def _layer_config(kind: str, prefix: str) -> dict[str, Any]:
     if kind == "redis":
         return {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [require_redis()], "prefix": f"t{uuid.uuid4().hex[:8]}"},
+            "CONFIG": {"hosts": [require_redis()], "prefix": prefix},
         }
     return {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}
 
 
+def _use_layer(settings: Any, kind: str) -> None:
+    """The channel layer and the shared state (collab/chat/shared/) of one kind: both in
+    Redis under a prefix of this test's own, or both in this process's memory."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    settings.CHANNEL_LAYERS = {"default": _layer_config(kind, prefix)}
+    settings.COLLAB_SHARED_REDIS_URL = REDIS_URL if kind == "redis" else ""
+    settings.COLLAB_REDIS_PREFIX = f"{prefix}:"
+    channel_layers.backends.clear()
+
+
+@pytest.fixture(autouse=True)
+def _one_process_per_test() -> Iterator[None]:
+    """In-process tests start no background work (lifecycle.py: a test calls what it
+    tests, e.g. sweep_once) and begin with empty shared state."""
+    runtime.enabled = False
+    shared.reset_memory()
+    yield
+    shared.reset_memory()
+
+
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 def layer(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
-    settings.CHANNEL_LAYERS = {"default": _layer_config(request.param)}
-    channel_layers.backends.clear()
+    _use_layer(settings, request.param)
     yield request.param
     channel_layers.backends.clear()
 
 
 @pytest.fixture
 def memory_layer(settings: Any) -> Iterator[None]:
-    settings.CHANNEL_LAYERS = {"default": _layer_config("memory")}
-    channel_layers.backends.clear()
+    _use_layer(settings, "memory")
     yield
     channel_layers.backends.clear()
 
@@ -108,6 +128,7 @@ async def replies_idle() -> AsyncIterator[None]:
     async with asyncio.timeout(30):
         await registry.wait_idle()
     await aclose_clients()
+    await shared.reset()
     layer = channel_layers.backends.get("default")
     if layer is not None and hasattr(layer, "flush"):
         with contextlib.suppress(Exception):
@@ -190,7 +211,8 @@ class Member:
         return self.frames
 
     async def assert_silent(self) -> None:
-        assert await self.comm.receive_nothing(timeout=0.2), "unexpected frame"
+        if not await self.comm.receive_nothing(timeout=0.2):
+            raise AssertionError(f"unexpected frame: {(await self.comm.receive_from())[:300]}")
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from collab.chat import services
+from collab.chat.actions import posting
+from collab.chat.errors import ClientError
 from collab.chat.models import Message
 from tests.conftest import World
 
@@ -33,7 +34,7 @@ def test_concurrent_posts_never_share_or_skip_a_seq(world: World) -> None:
     def poster(n: int) -> list[int]:
         barrier.wait()
         user = world.alice if n % 2 else world.bob
-        return [services.store_post(user.pk, world.room.pk, f"t{n} m{i}", None)[0].message.seq for i in range(POSTS)]
+        return [posting.store_post(user.pk, world.room.pk, f"t{n} m{i}", None)[0].message.seq for i in range(POSTS)]
 
     with ThreadPoolExecutor(THREADS) as pool:
         results = list(pool.map(lambda n: _in_thread(poster, n), range(THREADS)))
@@ -53,7 +54,7 @@ def test_same_client_id_from_concurrent_connections_posts_once(world: World) -> 
 
     def poster(_n: int) -> tuple[int, bool]:
         barrier.wait()
-        result = services.store_post(world.alice.pk, world.room.pk, "only once", client_id)[0]
+        result = posting.store_post(world.alice.pk, world.room.pk, "only once", client_id)[0]
         return result.message.pk, result.created
 
     with ThreadPoolExecutor(THREADS) as pool:
@@ -64,7 +65,7 @@ def test_same_client_id_from_concurrent_connections_posts_once(world: World) -> 
 
 
 def test_post_with_mentions_reserves_seqs_for_replies(world: World) -> None:
-    result, replies, jobs = services.store_post(world.alice.pk, world.room.pk, "@a @B @a hi", None)
+    result, replies, jobs = posting.store_post(world.alice.pk, world.room.pk, "@a @B @a hi", None)
     assert result.message.seq == 1
     assert [(r.seq, r.author_name, r.status) for r in replies] == [
         (2, "A", "streaming"),
@@ -77,8 +78,8 @@ def test_post_with_mentions_reserves_seqs_for_replies(world: World) -> None:
 
 
 def test_non_member_cannot_post(world: World) -> None:
-    with pytest.raises(services.ClientError) as err:
-        services.store_post(world.carol.pk, world.room.pk, "hi", None)
+    with pytest.raises(ClientError) as err:
+        posting.store_post(world.carol.pk, world.room.pk, "hi", None)
     assert err.value.code == "room.forbidden"
     assert not Message.objects.exists()
 
@@ -87,7 +88,7 @@ def test_context_budget_keeps_newest_and_labels_speakers(world: World) -> None:
     from collab.chat.context import build_context
 
     for i in range(30):
-        services.store_post(world.bob.pk, world.room.pk, f"message number {i} " + "x" * 50, None)
+        posting.store_post(world.bob.pk, world.room.pk, f"message number {i} " + "x" * 50, None)
     history = list(Message.objects.order_by("seq"))
     context = build_context(world.assistants["a"], world.room, history, budget_chars=400)
     turns = context[1:]
@@ -98,10 +99,10 @@ def test_context_budget_keeps_newest_and_labels_speakers(world: World) -> None:
 
 def test_provider_context_budget_overrides_the_default(world: World) -> None:
     for i in range(30):
-        services.store_post(world.bob.pk, world.room.pk, f"message number {i} " + "x" * 50, None)
+        posting.store_post(world.bob.pk, world.room.pk, f"message number {i} " + "x" * 50, None)
     world.provider.context_chars = 300
     world.provider.save()
-    _, _, jobs = services.store_post(world.alice.pk, world.room.pk, "@a sum it up", None)
+    _, _, jobs = posting.store_post(world.alice.pk, world.room.pk, "@a sum it up", None)
     turns = jobs[0].messages[1:]
     assert sum(len(t["content"]) for t in turns) <= 300
     assert turns[-1]["content"] == "alice: @a sum it up"

@@ -106,13 +106,13 @@ def free_port() -> int:
 
 SETUP = """
 from django.contrib.auth.models import User
-from collab.chat import services
+from collab.chat.actions import providers, rooms
 from collab.chat.models import Assistant, Membership
 alice = User.objects.create_user("alice", password="alice-pw-123")
 bob = User.objects.create_user("bob", password="bob-pw-123")
-room = services.create_room(alice, "Lab", topic="e2e")
+room = rooms.create_room(alice, "Lab", topic="e2e")
 Membership.objects.create(room=room, user=bob)
-provider = services.ensure_default_assistant().provider
+provider = providers.ensure_default_assistant().provider
 for h in ("a", "b"):
     room.assistants.add(Assistant.objects.create(handle=h, display_name=h.upper(), provider=provider, max_tokens=60))
 """

@@ -19,7 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import Client
 
-from collab.chat import services
+from collab.chat.actions import providers
 from collab.chat.models import Message, Provider
 from collab.llm import LLMError
 from collab.llm.client import aclose_clients
@@ -180,7 +180,7 @@ def test_providers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("COLLAB_PROVIDER_LOCAL_GPU_BASE_URL", "http://10.0.0.5:8000/v1, http://10.0.0.6:8000/v1")
     monkeypatch.setenv("COLLAB_PROVIDER_LOCAL_GPU_MODEL", "qwen")
     monkeypatch.setenv("COLLAB_PROVIDER_LOCAL_GPU_API_KEY_ENV", "")
-    services.ensure_default_assistant()
+    providers.ensure_default_assistant()
     groq = Provider.objects.get(name="groq")
     assert groq.api_key_env == "GROQ_API_KEY" and groq.max_concurrency == 4
     assert groq.price_output_per_m == Decimal("0.08") and groq.assistants.get().handle == "groq"
@@ -206,7 +206,7 @@ def test_bad_provider_environment_is_a_clear_error(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(ImproperlyConfigured, match=message):
-        services.env_providers()
+        providers.env_providers()
 
 
 # --- keys ----------------------------------------------------------------------------------------

@@ -245,12 +245,12 @@ async def test_regenerate_adds_a_new_reply(world: World) -> None:
 
 
 async def test_leaving_closes_the_members_sockets(world: World) -> None:
-    from collab.chat import services
+    from collab.chat.actions import rooms
 
     async with connected(world.bob, "lab") as (ok, _code, bob):
         assert ok
         await bob.until(lambda f: f.snapshots == 1)
-        await database_sync_to_async(services.leave_room)(world.bob, world.room)
+        await database_sync_to_async(rooms.leave_room)(world.bob, world.room)
         await bob.until(lambda f: bool(f.errors))
         assert bob.frames.errors[-1][0] == "room.left"
         assert (await bob.comm.receive_output(timeout=2))["code"] == 4403
@@ -268,10 +268,15 @@ async def test_concurrent_posts_get_distinct_increasing_seqs(world: World) -> No
     assert seqs_seen == sorted(seqs_seen)
 
 
-async def test_orphaned_streaming_reply_is_failed_on_snapshot(world: World) -> None:
+async def test_sweep_interrupts_replies_no_process_runs(world: World) -> None:
+    """A reply left `streaming` by a process that died, with no lease, is ended
+    `interrupted` with the text it had, and every member sees its final article; one
+    too young to judge (it may be starting elsewhere) is left alone."""
     from datetime import timedelta
 
     from django.utils import timezone
+
+    from collab.chat.lifecycle import sweep_once
 
     def make() -> tuple[int, int]:
         kw = {"room": world.room, "role": "assistant", "assistant": world.assistants["a"], "author_name": "A"}
@@ -282,9 +287,14 @@ async def test_orphaned_streaming_reply_is_failed_on_snapshot(world: World) -> N
 
     old, recent = await database_sync_to_async(make)()
     async with member(world.alice) as alice:
-        assert alice.frames.replies[old].status == "failed"
-        assert alice.frames.replies[recent].status == "streaming"  # may be live elsewhere
-    assert (await database_sync_to_async(Message.objects.get)(pk=old)).status == "failed"
+        assert alice.frames.replies[old].status == "streaming"
+        assert await sweep_once() == [old]
+        await alice.until(lambda f: f.replies[old].status == "interrupted")
+        assert alice.frames.replies[recent].status == "streaming"
+    stored = await database_sync_to_async(Message.objects.get)(pk=old)
+    assert (stored.status, stored.text) == ("interrupted", "half")
+    assert "half" in stored.html
+    assert await sweep_once() == []  # once only
 
 
 async def test_metrics_count_replies_frames_and_sockets(world: World) -> None:

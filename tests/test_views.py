@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from collab.chat import services
+from collab.chat.actions import providers, rooms
 from collab.chat.models import Assistant, Membership, Message, Room
 
 pytestmark = pytest.mark.django_db
@@ -68,14 +68,14 @@ def test_bad_room_name_is_refused(logged_in: Client) -> None:
 
 def test_non_member_gets_404(logged_in: Client) -> None:
     bob = User.objects.create_user("bob", password="x-pass-123")
-    services.create_room(bob, "Secret")
+    rooms.create_room(bob, "Secret")
     assert logged_in.get("/r/secret/").status_code == 404
     assert logged_in.get("/r/secret/older/?before=5").status_code == 404
 
 
 def test_invite_join_leave(logged_in: Client, alice: User) -> None:
     bob = User.objects.create_user("bob", password="x-pass-123")
-    room = services.create_room(bob, "Bobs")
+    room = rooms.create_room(bob, "Bobs")
     page = logged_in.get(f"/join/{room.invite_token}/")
     assert page.status_code == 200 and b"Join Bobs" in page.content
     assert not Membership.objects.filter(room=room, user=alice).exists()  # GET changes nothing
@@ -87,13 +87,13 @@ def test_invite_join_leave(logged_in: Client, alice: User) -> None:
 
 
 def test_owner_cannot_leave(logged_in: Client, alice: User) -> None:
-    room = services.create_room(alice, "Mine")
+    room = rooms.create_room(alice, "Mine")
     logged_in.post("/r/mine/leave/")
     assert Membership.objects.filter(room=room, user=alice).exists()
 
 
 def test_reset_invite_invalidates_old_link(logged_in: Client, alice: User) -> None:
-    room = services.create_room(alice, "Mine")
+    room = rooms.create_room(alice, "Mine")
     old = room.invite_token
     logged_in.post("/r/mine/settings/", {"op": "reset_invite"})
     room.refresh_from_db()
@@ -104,7 +104,7 @@ def test_reset_invite_invalidates_old_link(logged_in: Client, alice: User) -> No
 
 
 def test_settings_owner_only_and_attach_assistants(logged_in: Client, alice: User) -> None:
-    room = services.create_room(alice, "Mine")
+    room = rooms.create_room(alice, "Mine")
     extra = Assistant.objects.create(handle="extra", display_name="Extra", provider=room.assistants.get().provider)
     response = logged_in.post("/r/mine/settings/", {"topic": "new", "reply_to_all": "on", "assistants": [extra.pk]})
     assert response.status_code == 302
@@ -119,7 +119,7 @@ def test_settings_owner_only_and_attach_assistants(logged_in: Client, alice: Use
 
 
 def test_older_messages_page(logged_in: Client, alice: User) -> None:
-    room = services.create_room(alice, "Busy")
+    room = rooms.create_room(alice, "Busy")
     for seq in range(1, 121):
         Message.objects.create(room=room, seq=seq, role="user", author=alice, author_name="alice", text=f"m{seq}")
     page = logged_in.get("/r/busy/")
@@ -138,7 +138,7 @@ def test_healthz(client: Client) -> None:
 
 
 def test_room_save_never_rewinds_seq(alice: User) -> None:
-    room = services.create_room(alice, "Seq")
+    room = rooms.create_room(alice, "Seq")
     stale = Room.objects.get(pk=room.pk)
     Room.objects.filter(pk=room.pk).update(last_seq=10)
     stale.topic = "changed"
@@ -150,7 +150,7 @@ def test_room_save_never_rewinds_seq(alice: User) -> None:
 def test_cost_totals_per_room_and_user(logged_in: Client, alice: User) -> None:
     from decimal import Decimal
 
-    room = services.create_room(alice, "Costly")
+    room = rooms.create_room(alice, "Costly")
     bob = User.objects.create_user("bob", password="x-pass-123")
     Membership.objects.create(room=room, user=bob)
     a_q = Message.objects.create(room=room, seq=1, role="user", author=alice, author_name="alice", text="q")
@@ -159,8 +159,8 @@ def test_cost_totals_per_room_and_user(logged_in: Client, alice: User) -> None:
         Message.objects.create(
             room=room, seq=seq, role="assistant", author_name="A", reply_to=question, cost=Decimal(cost)
         )
-    assert services.user_cost(alice.pk) == Decimal("0.0225")
-    assert services.room_cost(room.pk) == Decimal("0.5225")
+    assert providers.user_cost(alice.pk) == Decimal("0.0225")
+    assert providers.room_cost(room.pk) == Decimal("0.5225")
     assert b"$0.0225" in logged_in.get("/").content
     assert b"$0.5225" in logged_in.get("/r/costly/").content
 

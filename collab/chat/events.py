@@ -2,7 +2,8 @@
 
 Every event a room's sockets receive is a `room.frame`: HTML rendered once by the
 sender, plus the few fields a consumer needs to decide, without rendering, whether
-this member should get it (see consumers.RoomConsumer.room_frame).
+this member should get it (see consumers.RoomConsumer.room_frame). Control events go
+to every server process (lifecycle.py), which acts on the replies it runs.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from typing import Literal, NotRequired, TypedDict
 
 FrameKind = Literal["new", "delta", "final", "other"]
 
+PROCESSES_GROUP = "collab.processes"  # every server process's control channel
+
 
 def room_group(room_id: int) -> str:
     return f"room.{room_id}"
 
 
 def user_group(user_id: int) -> str:
-    """Every socket of one user, across rooms (used to close them on leave/kick)."""
+    """Every socket of one user, across rooms and processes (closed on leave/kick)."""
     return f"user.{user_id}"
 
 
@@ -27,9 +30,31 @@ class RoomFrame(TypedDict):
     kind: FrameKind
     msg: NotRequired[int]  # message id, for new/delta/final
     offset: NotRequired[int]  # delta: where the piece starts in the reply's text
+    by: NotRequired[str]  # the socket whose own change this announces: it already knows
 
 
 class MembershipEnded(TypedDict):
     type: Literal["membership.ended"]
     room_id: int
     reason: str
+
+
+UserEvent = MembershipEnded
+
+
+class ReplyStop(TypedDict):
+    """Stop a reply, on whichever process runs it."""
+
+    type: Literal["reply.stop"]
+    message_id: int
+    reason: str  # stopped | interrupted
+
+
+class RoomStopAll(TypedDict):
+    """Stop every reply of a room, on every process."""
+
+    type: Literal["room.stop_all"]
+    room_id: int
+
+
+Control = ReplyStop | RoomStopAll

@@ -1,10 +1,12 @@
-"""Streaming replies: one asyncio task per reply, all in parallel, owned by a process-wide
-registry (not by any socket), each feeding a Coalescer that turns tokens into frames.
+"""The streaming engine: one asyncio task per reply, all in parallel, owned by a
+process-wide registry (not by any socket). It knows neither HTML nor the channel layer:
+it hands pieces, states and the outcome to a `Sink` that its caller supplies.
 
-    llm.pool.stream_reply ──tokens──> Coalescer.push ──frames──> broadcast (one group_send per frame)
+    llm.pool.stream_reply ──tokens──> Coalescer ──pieces──> sink.piece(offset, text)
+                                                  outcome──> sink.finish(outcome)   (always, in `finally`)
 
-The reader never waits for the channel layer: pieces are appended in memory and a
-separate flusher sends at most one frame per window (the first piece at once).
+The reader never waits for the sink: tokens are appended in memory and a separate
+flusher hands over at most one piece per window (the first piece at once).
 """
 
 from __future__ import annotations
@@ -14,19 +16,24 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from channels.layers import get_channel_layer
 from django.conf import settings
 
-from collab.chat import metrics, rendering
-from collab.chat.events import RoomFrame, room_group
+from collab.chat import metrics
 from collab.llm import LLMError, Usage
 from collab.llm.client import ChatMessage
-from collab.llm.pool import ProviderConfig, stream_reply
+from collab.llm.pool import ProviderConfig, SharedSlots, stream_reply
 
 log = logging.getLogger(__name__)
 
 Emit = Callable[[int, str], Awaitable[None]]
+
+# How a reply that did not run to its end is stored (its stop reason -> status, note).
+STOP_REASONS = {
+    "stopped": ("stopped", ""),
+    "interrupted": ("interrupted", "the server shut down mid-reply"),
+}
 
 
 class Coalescer:
@@ -34,12 +41,15 @@ class Coalescer:
     per `window_s`; an idle stream's next piece goes at once again.
 
     `emit(offset, text)` is awaited for each piece, one at a time, in order; the pieces
-    are contiguous (each offset is the sum of the lengths before it).
+    are contiguous (each offset is the sum of the lengths before it). If `emit` fails,
+    no further piece is emitted (members would see a gap); `close()` still returns and
+    the caller's final text repairs what members missed.
     """
 
     def __init__(self, window_s: float, emit: Emit) -> None:
         self.window_s = window_s
-        self.flushed = 0  # characters already handed to emit
+        self.flushed = 0  # characters handed to emit
+        self.failed: BaseException | None = None
         self._emit = emit
         self._pending: list[str] = []
         self._wake = asyncio.Event()
@@ -54,9 +64,16 @@ class Coalescer:
         """Flush what is pending now (no window wait) and stop."""
         self._closing.set()
         self._wake.set()
-        await self._task
+        await asyncio.shield(self._task)
 
     async def _run(self) -> None:
+        try:
+            await self._loop()
+        except Exception as exc:  # the sink failed: stop emitting, keep the text
+            self.failed = exc
+            log.warning("pieces stopped: %r", exc)
+
+    async def _loop(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -98,7 +115,7 @@ class ReplyJob:
 @dataclass
 class Outcome:
     text: str
-    status: str  # done | stopped | failed
+    status: str  # done | stopped | failed | interrupted
     error: str = ""
     ttft_ms: float | None = None
     tokens: int = 0
@@ -107,78 +124,50 @@ class Outcome:
     tps: float | None = None
 
 
+class Sink(Protocol):
+    """Where a reply goes: supplied by the caller (actions.replies)."""
+
+    async def piece(self, offset: int, text: str) -> None: ...
+
+    async def state(self, text: str) -> None: ...
+
+    async def finish(self, outcome: Outcome) -> None: ...
+
+
 @dataclass
 class LiveReply:
-    """A reply streaming in this process: what members that connect now are shown."""
+    """A reply running in this process."""
 
     job: ReplyJob
-    flushed_parts: list[str] = field(default_factory=list)  # every piece sent; all text once closed
+    sink: Sink
     stop_reason: str = ""
-    # Set once the reply's article has been broadcast: its first piece must not overtake
-    # it. The model request starts before that, so the broadcast overlaps its first token.
-    announced: asyncio.Event = field(default_factory=asyncio.Event)
-    queued: bool = False  # waiting for a slot under the provider's concurrency cap
     task: asyncio.Task[None] | None = None
-
-    def flushed_text(self) -> str:
-        """The text every member has been sent so far (pieces that follow start here)."""
-        return "".join(self.flushed_parts)
+    parts: list[str] = field(default_factory=list)  # every token's text, in order
 
 
-Finish = Callable[[ReplyJob, Outcome], Awaitable[None]]
-
-
-async def broadcast(room_id: int, frame: RoomFrame) -> None:
-    """Send one pre-rendered frame to every socket of a room: the only group_send of a room."""
-    metrics.FRAMES.labels(frame["kind"]).inc()
-    layer = get_channel_layer()
-    assert layer is not None
-    await layer.group_send(room_group(room_id), frame)  # type: ignore[arg-type]
-
-
-async def _send_state(live: LiveReply, text: str) -> None:
-    message_id = live.job.message_id
-    html = rendering.frame_state(message_id, text)
-    await broadcast(live.job.room_id, {"type": "room.frame", "kind": "other", "msg": message_id, "html": html})
-
-
-async def _send_delta(live: LiveReply, offset: int, text: str) -> None:
-    if not live.announced.is_set():
-        await live.announced.wait()
-    live.flushed_parts.append(text)
-    message_id = live.job.message_id
-    html = rendering.frame_delta(message_id, offset, text)
-    await broadcast(
-        live.job.room_id, {"type": "room.frame", "kind": "delta", "msg": message_id, "offset": offset, "html": html}
-    )
-
-
-async def run_reply(live: LiveReply, finish: Finish) -> None:
-    """Stream one reply to its room, then hand the outcome to `finish` (store + broadcast)."""
-    job = live.job
-
-    async def emit(offset: int, text: str) -> None:
-        await _send_delta(live, offset, text)
-
-    coalescer = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, emit)
+async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
+    """Stream one reply through its sink; `sink.finish(outcome)` runs whatever happens."""
+    job, sink = live.job, live.sink
+    coalescer = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.piece)
     loop = asyncio.get_running_loop()
     started = loop.time()
     first_at: float | None = None
     chunks = 0
     usage: Usage | None = None
     status, error = "done", ""
-    shutting_down: asyncio.CancelledError | None = None
+    queued = False
 
-    async def on_queued(position: int) -> None:
-        live.queued = True
-        await _send_state(live, f"queued ({position} ahead)" if position > 1 else "queued")
+    async def on_queued(ahead: int) -> None:
+        nonlocal queued
+        queued = True
+        await sink.state(f"queued ({ahead} ahead)" if ahead > 1 else "queued")
 
     async def on_started(_base_url: str) -> None:
-        nonlocal started
+        nonlocal started, queued
         started = loop.time()  # time to first token is the model's, not the queue's
-        if live.queued:
-            live.queued = False
-            await _send_state(live, "writing…")
+        if queued:
+            queued = False
+            await sink.state("writing…")
 
     try:
         async with (
@@ -192,6 +181,7 @@ async def run_reply(live: LiveReply, finish: Finish) -> None:
                     max_tokens=job.max_tokens,
                     on_queued=on_queued,
                     on_started=on_started,
+                    slots=slots,
                 )
             ) as stream,
         ):
@@ -202,29 +192,39 @@ async def run_reply(live: LiveReply, finish: Finish) -> None:
                 if first_at is None:
                     first_at = loop.time()
                 chunks += 1
+                live.parts.append(item)
                 coalescer.push(item)
     except LLMError as exc:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)
     except TimeoutError:
         status, error = "failed", f"the reply took longer than {job.provider.total_timeout_s:g} s"
-    except asyncio.CancelledError as exc:
-        # stop() sets a reason first; any other cancellation is the process shutting
-        # down: the reply is stored as failed, then the cancellation goes on.
-        if live.stop_reason:
-            status = "stopped"
-        else:
-            status, error, shutting_down = "failed", "the server restarted mid-reply", exc
+    except asyncio.CancelledError:
+        # stop() names a reason; any other cancellation is the process going away.
+        status, error = STOP_REASONS.get(live.stop_reason, ("interrupted", "the server stopped mid-reply"))
     except Exception:  # a bug must not leave the reply streaming forever
         log.exception("reply %s crashed", job.message_id)
         status, error = "failed", "internal error"
+    finally:
+        await _finish(live, coalescer, status, error, started, first_at, chunks, usage)
 
+
+async def _finish(
+    live: LiveReply,
+    coalescer: Coalescer,
+    status: str,
+    error: str,
+    started: float,
+    first_at: float | None,
+    chunks: int,
+    usage: Usage | None,
+) -> None:
     await coalescer.close()
-    ended = loop.time()
+    ended = asyncio.get_running_loop().time()
     tokens = usage.completion_tokens if usage and usage.completion_tokens is not None else chunks
     streaming_s = ended - first_at if first_at is not None else 0.0
     outcome = Outcome(
-        text=live.flushed_text(),  # the coalescer is closed: every piece has been sent
+        text="".join(live.parts),  # all that was read, also what a failed sink never sent
         status=status,
         error=error,
         ttft_ms=(first_at - started) * 1000 if first_at is not None else None,
@@ -239,24 +239,23 @@ async def run_reply(live: LiveReply, finish: Finish) -> None:
     if outcome.ttft_ms is not None:
         metrics.REPLY_TTFT.observe(outcome.ttft_ms / 1000)
     try:
-        await finish(job, outcome)
+        await asyncio.shield(live.sink.finish(outcome))
     except Exception:
-        log.exception("could not store reply %s", job.message_id)
-    if shutting_down is not None:
-        raise shutting_down
+        log.exception("could not finish reply %s", live.job.message_id)
 
 
 class Registry:
-    """The replies streaming in this process, by message id."""
+    """The replies running in this process, by message id."""
 
     def __init__(self) -> None:
         self._live: dict[int, LiveReply] = {}
 
-    def start(self, job: ReplyJob, finish: Finish) -> LiveReply:
-        live = LiveReply(job)
+    def start(self, job: ReplyJob, sink: Sink, slots: SharedSlots | None = None) -> LiveReply:
+        """Run a reply; `slots` keeps its provider's deployment-wide cap, if it has one."""
+        live = LiveReply(job, sink)
         self._live[job.message_id] = live
         metrics.REPLIES_STREAMING.inc()
-        task = asyncio.get_running_loop().create_task(run_reply(live, finish), name=f"reply-{job.message_id}")
+        task = asyncio.get_running_loop().create_task(run_reply(live, slots), name=f"reply-{job.message_id}")
         live.task = task
         task.add_done_callback(lambda _t: self._ended(job.message_id))
         return live
@@ -267,6 +266,12 @@ class Registry:
 
     def get(self, message_id: int) -> LiveReply | None:
         return self._live.get(message_id)
+
+    def ids(self) -> list[int]:
+        return list(self._live)
+
+    def in_room(self, room_id: int) -> list[int]:
+        return [i for i, live in self._live.items() if live.job.room_id == room_id]
 
     def stop(self, message_id: int, reason: str = "stopped") -> bool:
         live = self._live.get(message_id)
@@ -280,8 +285,8 @@ class Registry:
         return len(self._live)
 
     async def wait_idle(self) -> None:
-        """Wait until no reply is streaming (tests and graceful shutdown); the caller
-        bounds the wait with asyncio.timeout."""
+        """Wait until no reply is running (tests and shutdown); the caller bounds the
+        wait with asyncio.timeout."""
         while self._live:
             await asyncio.wait([lr.task for lr in self._live.values() if lr.task is not None])
             await asyncio.sleep(0)  # let the done-callbacks unregister the finished ones

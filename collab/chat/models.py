@@ -60,6 +60,11 @@ class Provider(models.Model):
         default=0,
         help_text="Streams at once per server process (0: no cap). Requests beyond it queue, in order.",
     )
+    deployment_max_concurrency = models.PositiveIntegerField(
+        default=0,
+        help_text="Streams at once across every server process of the deployment (0: no cap). Requests "
+        "beyond it queue, first come first served, whichever process they arrive on (kept in Redis).",
+    )
     context_chars = models.PositiveIntegerField(
         default=0,
         help_text="Room history sent to the model, in characters (0: COLLAB_CONTEXT_CHARS). Small local "
@@ -169,6 +174,8 @@ class Message(models.Model):
         DONE = "done"
         STOPPED = "stopped"
         FAILED = "failed"
+        # Its server process stopped or died mid-reply; the text streamed until then is kept.
+        INTERRUPTED = "interrupted"
 
     room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="messages")
     seq = models.PositiveBigIntegerField()
@@ -183,7 +190,7 @@ class Message(models.Model):
     client_id = models.UUIDField(null=True, blank=True)
     text = models.TextField(blank=True)
     html = models.TextField(blank=True, help_text="Sanitised rendering of the final text.")
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.DONE)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.DONE)
     error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)

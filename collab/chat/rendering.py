@@ -45,10 +45,12 @@ def frame_snapshot(
     *,
     has_older: bool,
     room_slug: str,
-    queued: frozenset[int] = frozenset(),
+    states: dict[int, str] | None = None,
 ) -> str:
-    """The room's recent messages, replacing the list: the first frame after (re)connect."""
-    items = [(m, live_texts.get(m.id), "queued" if m.id in queued else "") for m in messages]
+    """The room's recent messages, replacing the list: the first frame after (re)connect.
+    `states` are the labels of streaming replies ("queued (2 ahead)")."""
+    states = states or {}
+    items = [(m, live_texts.get(m.id), states.get(m.id, "")) for m in messages]
     return _messages.render(
         {
             "items": items,

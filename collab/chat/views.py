@@ -1,5 +1,5 @@
 """Pages: sign-up, my rooms, a room, its settings, invites, health. Writes go through
-services; every page but login, sign-up and /healthz needs a login (middleware)."""
+the actions; every page but login, sign-up and /healthz needs a login (middleware)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from collab.chat import services
+from collab.chat import shared
+from collab.chat.actions import providers, snapshot
+from collab.chat.actions import rooms as room_actions
+from collab.chat.errors import ClientError
 from collab.chat.models import Assistant, Membership, Room
-from collab.chat.services import ClientError
 
 
 @login_not_required
@@ -54,7 +56,7 @@ def rooms(request: HttpRequest) -> HttpResponse:
     form = RoomForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            room = services.create_room(
+            room = room_actions.create_room(
                 _user(request),
                 form.cleaned_data["name"],
                 form.cleaned_data["topic"],
@@ -66,7 +68,7 @@ def rooms(request: HttpRequest) -> HttpResponse:
             return redirect("room", slug=room.slug)
     mine = Room.objects.filter(memberships__user=_user(request)).order_by("name")
     return render(
-        request, "chat/rooms.html", {"rooms": mine, "form": form, "my_cost": services.user_cost(_user(request).pk)}
+        request, "chat/rooms.html", {"rooms": mine, "form": form, "my_cost": providers.user_cost(_user(request).pk)}
     )
 
 
@@ -83,7 +85,7 @@ def _membership(request: HttpRequest, slug: str) -> Membership:
 def room(request: HttpRequest, slug: str) -> HttpResponse:
     membership = _membership(request, slug)
     the_room = membership.room
-    recent, has_older = services.older_messages(the_room, before_seq=2**62)
+    recent, has_older = snapshot.older_messages(the_room, before_seq=2**62)
     return render(
         request,
         "chat/room.html",
@@ -93,9 +95,9 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "recent": recent,
             "has_older": has_older,
             "oldest_seq": recent[0].seq if recent else 0,
-            "members": services.members_of(the_room.id),
+            "members": room_actions.members_of(the_room.id, shared.online_sync(the_room.id)),
             "assistants": the_room.assistants.all(),
-            "room_cost": services.room_cost(the_room.id),
+            "room_cost": providers.room_cost(the_room.id),
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
         },
     )
@@ -108,7 +110,7 @@ def room_older(request: HttpRequest, slug: str) -> HttpResponse:
         before = int(request.GET.get("before", ""))
     except ValueError:
         return HttpResponse("before must be a number", status=400)
-    older, has_older = services.older_messages(membership.room, before)
+    older, has_older = snapshot.older_messages(membership.room, before)
     return render(
         request,
         "chat/_older_page.html",
@@ -124,7 +126,7 @@ def join(request: HttpRequest, token: str) -> HttpResponse:
     if Membership.objects.filter(room=the_room, user_id=_user(request).pk).exists():
         return redirect("room", slug=the_room.slug)
     if request.method == "POST":
-        services.join_by_invite(_user(request), token)
+        room_actions.join_by_invite(_user(request), token)
         return redirect("room", slug=the_room.slug)
     return render(request, "chat/join.html", {"room": the_room})
 
@@ -133,7 +135,7 @@ def join(request: HttpRequest, token: str) -> HttpResponse:
 def leave(request: HttpRequest, slug: str) -> HttpResponse:
     membership = _membership(request, slug)
     try:
-        services.leave_room(_user(request), membership.room)
+        room_actions.leave_room(_user(request), membership.room)
     except ClientError as exc:
         flash.error(request, exc.message)
         return redirect("room", slug=slug)
@@ -156,13 +158,13 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
     if membership.role != Membership.Role.OWNER:
         return HttpResponse("Only the room's owner can change its settings.", status=403)
     if request.method == "POST" and request.POST.get("op") == "reset_invite":
-        services.reset_invite(the_room)
+        room_actions.reset_invite(the_room)
         flash.success(request, "The old invite link no longer works.")
         return redirect("room_settings", slug=slug)
     if request.method == "POST" and request.POST.get("op") == "remove_member":
         target = Membership.objects.filter(room=the_room, user__username=request.POST.get("username", "")).first()
         if target is not None:
-            services.remove_member(the_room, target.user, reason="removed")
+            room_actions.remove_member(the_room, target.user, reason="removed")
             flash.success(request, f"{target.user.get_username()} was removed.")
         return redirect("room_settings", slug=slug)
     initial = {
@@ -172,7 +174,7 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
     }
     form = RoomSettingsForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
-        services.update_room(
+        room_actions.update_room(
             the_room,
             topic=form.cleaned_data["topic"],
             reply_to_all=form.cleaned_data["reply_to_all"],
@@ -186,7 +188,7 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
         {
             "room": the_room,
             "form": form,
-            "members": services.members_of(the_room.id),
+            "members": room_actions.members_of(the_room.id, shared.online_sync(the_room.id)),
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
         },
     )

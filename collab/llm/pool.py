@@ -1,7 +1,9 @@
 """A provider as callers see it: a pool of endpoints behind one concurrency cap.
 
 - Each request waits for a slot (FIFO) when the provider's `max_concurrency` streams
-  are already running in this process; the caller is told it is queued.
+  are already running in this process; the caller is told it is queued. A cap for the
+  whole deployment (`deployment_max_concurrency`, every server process together) is
+  kept by a `SharedSlots` that the caller supplies (in Redis).
 - It then goes to the healthy endpoint with the fewest streams in flight. An endpoint
   that fails before the first token is avoided for `unhealthy_s` and the request moves
   on to the next one; a failure after the first token is reported, never retried (the
@@ -16,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from collab.llm.client import ChatMessage, Endpoint, LLMError, Usage, stream_chat
 
@@ -32,8 +35,9 @@ class ProviderConfig:
     read_timeout_s: float = 30.0
     total_timeout_s: float = 300.0
     max_retries: int = 2
-    max_concurrency: int = 0  # 0: no cap
+    max_concurrency: int = 0  # 0: no cap (per server process)
     unhealthy_s: float = 30.0
+    deployment_max_concurrency: int = 0  # 0: no cap (all server processes together)
 
     def endpoint(self, base_url: str) -> Endpoint:
         return Endpoint(
@@ -44,6 +48,16 @@ class ProviderConfig:
             total_timeout_s=self.total_timeout_s,
             max_retries=self.max_retries,
         )
+
+
+class SharedSlots(Protocol):
+    """A deployment-wide cap: at most `cap` streams of provider `name` at once."""
+
+    async def acquire(self, name: str, cap: int, on_queued: Callable[[int], Awaitable[None]] | None) -> str:
+        """Wait for a slot (first come, first served); returns its token."""
+        ...
+
+    async def release(self, name: str, token: str) -> None: ...
 
 
 @dataclass
@@ -125,15 +139,19 @@ async def stream_reply(
     max_tokens: int | None = None,
     on_queued: Callable[[int], Awaitable[None]] | None = None,
     on_started: Callable[[str], Awaitable[None]] | None = None,
+    slots: SharedSlots | None = None,
 ) -> AsyncGenerator[str | Usage, None]:
-    """Like `stream_chat`, through the provider's queue and endpoint pool.
+    """Like `stream_chat`, through the provider's queues and endpoint pool.
 
     `on_queued(position)` is awaited if the request must wait for a slot,
     `on_started(base_url)` when a request is sent to an endpoint.
     """
     pool = pool_for(config)
     await pool.acquire(on_queued)
+    token = ""
     try:
+        if slots is not None and config.deployment_max_concurrency:
+            token = await slots.acquire(config.name, config.deployment_max_concurrency, on_queued)
         error: LLMError | None = None
         for endpoint in pool.candidates():
             got_text = False
@@ -169,3 +187,5 @@ async def stream_reply(
         raise error
     finally:
         pool.release()
+        if token and slots is not None:
+            await asyncio.shield(slots.release(config.name, token))

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from collab.chat import services
+from collab.chat.actions import providers
 from collab.chat.models import Provider
 from collab.llm.benchmark import SCENARIOS, benchmark, format_table
 from collab.llm.client import aclose_clients
@@ -18,7 +18,7 @@ from collab.llm.client import aclose_clients
 async def _run(provider: Provider, model: str, runs: int, max_tokens: int) -> dict[str, Any]:
     try:
         results = await benchmark(
-            services.provider_config(provider),
+            providers.provider_config(provider),
             model,
             runs=runs,
             max_tokens=max_tokens,
@@ -45,7 +45,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_file", help="also write the figures as JSON")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        services.ensure_default_assistant()  # providers from the environment exist by now
+        providers.ensure_default_assistant()  # providers from the environment exist by now
         provider = Provider.objects.filter(name=opts["name"]).first()
         if provider is None:
             names = ", ".join(Provider.objects.values_list("name", flat=True)) or "none"

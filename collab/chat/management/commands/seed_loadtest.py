@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from collab.chat import services
+from collab.chat.actions import providers
 from collab.chat.models import Assistant, Membership, Room
 
 
@@ -45,7 +45,7 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def seed(self, prefix: str, n_rooms: int, n_users: int, n_assistants: int, password: str) -> dict[str, Any]:
-        default = services.ensure_default_assistant()  # the default provider follows the environment
+        default = providers.ensure_default_assistant()  # the default provider follows the environment
         bots = []
         for i in range(1, n_assistants + 1):
             bot, _ = Assistant.objects.update_or_create(

@@ -1,0 +1,135 @@
+"""Posting a message: validate, rate-limit (per member and room, across processes),
+store it with the room's next seq and a placeholder for each reply it invokes, then
+start those replies (actions.replies).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from collab.chat import metrics, rendering
+from collab.chat.actions import replies, rooms
+from collab.chat.errors import ClientError
+from collab.chat.markup import render_markdown
+from collab.chat.models import Assistant, Membership, Message, Room
+
+MENTION_RE = re.compile(r"(?<![\w@])@([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
+
+
+@dataclass
+class PostResult:
+    message: Message
+    created: bool
+    unknown_mentions: list[str] = field(default_factory=list)
+
+
+def check_post(text: object, client_id: object) -> tuple[str, uuid.UUID | None]:
+    if not isinstance(text, str):
+        raise ClientError("message.invalid", "A message needs a text field.")
+    text = text.strip()
+    if not text:
+        raise ClientError("message.empty", "An empty message was not sent.")
+    limit = settings.COLLAB["MAX_MESSAGE_CHARS"]
+    if len(text) > limit:
+        raise ClientError("message.too_long", f"A message is at most {limit:,} characters; this one has {len(text):,}.")
+    parsed: uuid.UUID | None = None
+    if client_id not in (None, ""):
+        try:
+            parsed = uuid.UUID(str(client_id))
+        except ValueError:
+            raise ClientError("message.invalid_client_id", "client_id must be a UUID.") from None
+    return text, parsed
+
+
+def mentions(text: str) -> list[str]:
+    """Distinct @handles in order of first appearance, lower-cased."""
+    seen: dict[str, None] = {}
+    for name in MENTION_RE.findall(text):
+        seen.setdefault(name.lower(), None)
+    return list(seen)
+
+
+def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str]]:
+    assistants = list(room.assistants.select_related("provider").order_by("handle"))
+    by_handle = {a.handle.lower(): a for a in assistants}
+    names = mentions(text)
+    invoked: dict[int, Assistant] = {}
+    unknown: list[str] = []
+    for name in names:
+        if name == "all":
+            invoked.update((a.id, a) for a in assistants)
+        elif name in by_handle:
+            invoked.setdefault(by_handle[name].id, by_handle[name])
+        else:
+            unknown.append(name)
+    if unknown:  # a member's name is just text
+        named = Q()
+        for n in unknown:
+            named |= Q(user__username__iexact=n)
+        found = Membership.objects.filter(named, room=room).values_list("user__username", flat=True)
+        members = {u.lower() for u in found}
+        unknown = [n for n in unknown if n not in members]
+    if not names and room.reply_to_all:
+        invoked = {a.id: a for a in assistants}
+    cap = settings.COLLAB["MAX_CONCURRENT_REPLIES_PER_MESSAGE"]
+    return list(invoked.values())[:cap], unknown
+
+
+def store_post(
+    user_id: int, room_id: int, text: str, client_id: uuid.UUID | None, html: str | None = None
+) -> tuple[PostResult, list[Message], list[replies.ReplyJob]]:
+    try:
+        with transaction.atomic():
+            membership = Membership.objects.select_related("user").filter(room_id=room_id, user_id=user_id).first()
+            if membership is None:
+                raise ClientError("room.forbidden", "You are not a member of this room.")
+            if client_id is not None:
+                existing = Message.objects.filter(room_id=room_id, author_id=user_id, client_id=client_id).first()
+                if existing is not None:
+                    return PostResult(existing, created=False), [], []
+            room = Room.objects.get(pk=room_id)
+            assistants, unknown = _invoked(room, text)
+            seq = rooms.allocate_seqs(room_id, 1 + len(assistants))
+            message = Message.objects.create(
+                room=room,
+                seq=seq,
+                role=Message.Role.USER,
+                author=membership.user,
+                author_name=membership.user.get_username(),
+                client_id=client_id,
+                text=text,
+                html=render_markdown(text) if html is None else html,
+            )
+            placeholders = replies.create_placeholders(room, message, assistants, seq + 1)
+            jobs = replies.reply_jobs(room, placeholders, message)
+    except IntegrityError:
+        # The same client_id posted concurrently: the other one won; this is a repeat.
+        existing = Message.objects.filter(room_id=room_id, author_id=user_id, client_id=client_id).first()
+        if client_id is None or existing is None:
+            raise
+        return PostResult(existing, created=False), [], []
+    return PostResult(message, created=True, unknown_mentions=unknown), placeholders, jobs
+
+
+async def post_message(user_id: int, room_id: int, text: object, client_id: object = None) -> PostResult:
+    clean_text, parsed_id = check_post(text, client_id)
+    await rooms.take_post_token(user_id, room_id)
+    # Markdown and Pygments are CPU work: off the event loop, and off the one database
+    # thread that every post and reply end queue on.
+    html = await sync_to_async(render_markdown, thread_sensitive=False)(clean_text)
+    result, placeholders, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
+    if result.created:
+        metrics.POSTS.inc()
+        html = rendering.frame_new([result.message, *placeholders])
+        await replies.start_and_announce(
+            jobs, room_id, {"type": "room.frame", "kind": "new", "msg": result.message.id, "html": html}
+        )
+    return result

@@ -1,0 +1,183 @@
+"""Providers and what they cost: the default provider and those declared in the
+environment (README "Providers from the environment"), a provider's configuration as
+the model client sees it, prices, and the deployment-wide concurrency cap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Sum
+
+from collab.chat import shared
+from collab.chat.models import Assistant, Message, Provider
+from collab.llm.pool import ProviderConfig
+
+
+def _split_urls(value: str) -> tuple[str, str]:
+    """ "url1,url2,..." -> (first, the rest one per line): an endpoint pool."""
+    urls = [u.strip() for u in value.split(",") if u.strip()]
+    return (urls[0] if urls else ""), "\n".join(urls[1:])
+
+
+def default_endpoint_settings() -> dict[str, Any]:
+    """The default provider as WIRE.md configures it: COLLAB_LLM_* first, then
+    OPENAI_API_KEY alone for the OpenAI API, else the embedded local model."""
+    if settings.COLLAB_LLM_BASE_URL:
+        base_url, extra = _split_urls(settings.COLLAB_LLM_BASE_URL)
+        return {
+            "base_url": base_url,
+            "extra_base_urls": extra,
+            "api_key_env": settings.COLLAB_LLM_API_KEY_ENV if os.environ.get("COLLAB_LLM_API_KEY") else "",
+            "default_model": settings.COLLAB_LLM_MODEL or "default",
+            "context_chars": 0,
+        }
+    if os.environ.get("OPENAI_API_KEY"):
+        return {
+            "base_url": "https://api.openai.com/v1",
+            "extra_base_urls": "",
+            "api_key_env": "OPENAI_API_KEY",
+            "default_model": settings.COLLAB_LLM_MODEL or "gpt-4o-mini",
+            "context_chars": 0,
+        }
+    return {
+        "base_url": settings.COLLAB_LOCAL_MODEL_URL,
+        "extra_base_urls": "",
+        "api_key_env": "",
+        "default_model": settings.COLLAB_LLM_MODEL or "smollm2-135m-instruct",
+        # SmolLM2 on 2 cores reads ~100-400 prompt tokens/s: ~750 tokens of history
+        # keep its first token within seconds (12,000 characters took 22-28 s).
+        "context_chars": 3000,
+    }
+
+
+_ENV_NUMBERS = {
+    "CONNECT_TIMEOUT": "connect_timeout_s",
+    "READ_TIMEOUT": "read_timeout_s",
+    "TOTAL_TIMEOUT": "total_timeout_s",
+    "MAX_RETRIES": "max_retries",
+    "MAX_CONCURRENCY": "max_concurrency",
+    "DEPLOYMENT_MAX_CONCURRENCY": "deployment_max_concurrency",
+    "UNHEALTHY_S": "unhealthy_s",
+    "PRICE_INPUT": "price_input_per_m",
+    "PRICE_OUTPUT": "price_output_per_m",
+}
+
+
+def env_providers() -> dict[str, dict[str, Any]]:
+    """Providers named in COLLAB_PROVIDERS, each from COLLAB_PROVIDER_<NAME>_* variables
+    (README "Providers from the environment"). Raises ImproperlyConfigured when one is
+    incomplete or malformed, naming the variable."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw in os.environ.get("COLLAB_PROVIDERS", "").split(","):
+        name = raw.strip().lower()
+        if not name:
+            continue
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", name) or name == "default":
+            raise ImproperlyConfigured(f"COLLAB_PROVIDERS: {name!r} is not a valid provider name")
+        prefix = f"COLLAB_PROVIDER_{name.upper().replace('-', '_')}_"
+        base_url, extra = _split_urls(os.environ.get(prefix + "BASE_URL", ""))
+        model = os.environ.get(prefix + "MODEL", "")
+        if not base_url or not model:
+            raise ImproperlyConfigured(f"{prefix}BASE_URL and {prefix}MODEL are required")
+        values: dict[str, Any] = {
+            "base_url": base_url,
+            "extra_base_urls": extra,
+            "default_model": model,
+            "api_key_env": os.environ.get(prefix + "API_KEY_ENV", f"{name.upper().replace('-', '_')}_API_KEY"),
+        }
+        for suffix, fieldname in _ENV_NUMBERS.items():
+            value = os.environ.get(prefix + suffix)
+            if value:
+                try:
+                    values[fieldname] = Decimal(value) if fieldname.startswith("price") else float(value)
+                except (ValueError, ArithmeticError):
+                    raise ImproperlyConfigured(f"{prefix}{suffix} must be a number, not {value!r}") from None
+        out[name] = values
+    return out
+
+
+def ensure_default_assistant() -> Assistant:
+    """Providers follow the environment: "default" (WIRE.md) and those in COLLAB_PROVIDERS,
+    each with an assistant of the same handle. Returns the default assistant, which
+    new rooms get."""
+    provider, _ = Provider.objects.update_or_create(name="default", defaults=default_endpoint_settings())
+    for name, values in env_providers().items():
+        extra, _ = Provider.objects.update_or_create(name=name, defaults=values)
+        Assistant.objects.get_or_create(handle=name, defaults={"display_name": name.title(), "provider": extra})
+    assistant = Assistant.objects.filter(is_default=True).select_related("provider").first()
+    if assistant is None:
+        local = provider.base_url == settings.COLLAB_LOCAL_MODEL_URL
+        assistant, _ = Assistant.objects.get_or_create(
+            handle="assistant",
+            defaults={
+                "display_name": "Assistant",
+                "provider": provider,
+                "is_default": True,
+                # a 135M model wanders at 0.7 ("Two + Two equals eight"); 0.2 keeps it on track
+                "temperature": 0.2 if local else 0.7,
+            },
+        )
+    return assistant
+
+
+def provider_config(provider: Provider) -> ProviderConfig:
+    return ProviderConfig(
+        name=provider.name,
+        base_urls=tuple(provider.base_urls),
+        api_key_env=provider.api_key_env,
+        connect_timeout_s=provider.connect_timeout_s,
+        read_timeout_s=provider.read_timeout_s,
+        total_timeout_s=provider.total_timeout_s,
+        max_retries=provider.max_retries,
+        max_concurrency=provider.max_concurrency,
+        unhealthy_s=provider.unhealthy_s,
+        deployment_max_concurrency=provider.deployment_max_concurrency,
+    )
+
+
+def room_cost(room_id: int) -> Decimal:
+    """What the room's replies have cost so far, in US dollars."""
+    total = Message.objects.filter(room_id=room_id).aggregate(total=Sum("cost"))["total"]
+    return total or Decimal(0)
+
+
+def user_cost(user_id: int) -> Decimal:
+    """What the replies to a person's questions have cost, across rooms."""
+    total = Message.objects.filter(reply_to__author_id=user_id).aggregate(total=Sum("cost"))["total"]
+    return total or Decimal(0)
+
+
+def reply_cost(provider: Provider, prompt_tokens: int, completion_tokens: int) -> Decimal:
+    return (provider.price_input_per_m * prompt_tokens + provider.price_output_per_m * completion_tokens) / Decimal(
+        1_000_000
+    )
+
+
+class DeploymentSlots:
+    """A provider's cap across every server process (`deployment_max_concurrency`),
+    kept in the shared state; the tokens this process holds are renewed by its
+    heartbeat (lifecycle.py), so a dead process's slots free themselves."""
+
+    def __init__(self) -> None:
+        self.held: set[tuple[str, str]] = set()
+
+    async def acquire(self, name: str, cap: int, on_queued: Callable[[int], Awaitable[None]] | None) -> str:
+        token = uuid.uuid4().hex
+        await shared.backend().acquire_slot(name, cap, token, on_queued)
+        self.held.add((name, token))
+        return token
+
+    async def release(self, name: str, token: str) -> None:
+        self.held.discard((name, token))
+        await shared.backend().release_slot(name, token)
+
+
+deployment_slots = DeploymentSlots()

@@ -1,0 +1,168 @@
+"""Rooms and their members: create, join, leave, remove, settings; who is online.
+
+Every change is announced after its transaction commits: the member list to the room,
+the end of a membership to that user's sockets (on every process).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils.text import slugify
+
+from collab.chat import broadcast, rendering, shared
+from collab.chat.actions.providers import ensure_default_assistant
+from collab.chat.errors import ClientError
+from collab.chat.events import MembershipEnded, RoomFrame
+from collab.chat.models import Assistant, Membership, Room, new_invite_token
+
+
+def members_of(room_id: int, online: set[int] | None = None) -> list[dict[str, object]]:
+    """The room's members, owners first; `online` marks those with the room open."""
+    rows = (
+        Membership.objects.filter(room_id=room_id)
+        .order_by("-role", "user__username")
+        .values_list("user_id", "user__username", "role")
+    )
+    return [
+        {"username": username, "role": role, "online": online is not None and user_id in online}
+        for user_id, username, role in rows
+    ]
+
+
+def _members_frame(room_id: int, online: set[int]) -> RoomFrame:
+    return {"type": "room.frame", "kind": "other", "html": rendering.frame_members(members_of(room_id, online))}
+
+
+async def announce_members(room_id: int, by: str = "") -> None:
+    """The member list, with who is online, to the room; `by`: the socket that changed
+    it (it is not sent the frame: its own snapshot already shows it)."""
+    online = await shared.backend().online(room_id)
+    frame = await database_sync_to_async(_members_frame)(room_id, online)
+    if by:
+        frame["by"] = by
+    await broadcast.to_room(room_id, frame)
+
+
+def _announce_members_on_commit(room_id: int) -> None:
+    transaction.on_commit(lambda: broadcast.to_room_sync(room_id, _members_frame(room_id, shared.online_sync(room_id))))
+
+
+def allocate_seqs(room_id: int, count: int) -> int:
+    """Reserve `count` consecutive seqs in the room; return the first. Must run inside the
+    caller's transaction: the row lock (PostgreSQL) or the write lock (SQLite) taken by
+    the UPDATE serialises concurrent posts until commit, so none share or skip a seq."""
+    Room.objects.filter(pk=room_id).update(last_seq=F("last_seq") + count)
+    last = Room.objects.values_list("last_seq", flat=True).get(pk=room_id)
+    return int(last) - count + 1
+
+
+async def take_post_token(user_id: int, room_id: int) -> None:
+    """The posting rate, per member and room, shared by every server process."""
+    burst = float(settings.COLLAB["POST_BURST"])
+    if not await shared.backend().take(f"post:{user_id}:{room_id}", burst, settings.COLLAB["POST_REFILL_S"]):
+        raise ClientError("rate.limited", "You are sending messages too fast; wait a moment.")
+
+
+# --- presence (every process: shared.backend()) ---------------------------------------------
+
+
+async def socket_opened(room_id: int, user_id: int, socket: str) -> None:
+    if await shared.backend().join(room_id, user_id, socket):
+        await announce_members(room_id, by=socket)
+
+
+async def socket_closed(room_id: int, user_id: int, socket: str) -> None:
+    if await shared.backend().leave(room_id, user_id, socket):
+        await announce_members(room_id)
+
+
+# --- rooms and members (views) ----------------------------------------------------------------
+
+
+def check_room_name(name: str, topic: str) -> tuple[str, str]:
+    name, topic = name.strip(), topic.strip()
+    if not name:
+        raise ClientError("room.name_required", "A room needs a name.")
+    if len(name) > 100:
+        raise ClientError("room.name_too_long", "A room name is at most 100 characters.")
+    if len(topic) > 500:
+        raise ClientError("room.topic_too_long", "A topic is at most 500 characters.")
+    if not slugify(name):
+        raise ClientError("room.name_invalid", "A room name needs at least one letter or digit.")
+    return name, topic
+
+
+def _create(owner: User, name: str, slug: str, topic: str, reply_to_all: bool, assistant: Assistant) -> Room:
+    with transaction.atomic():
+        room = Room.objects.create(name=name, slug=slug, topic=topic, owner=owner, reply_to_all=reply_to_all)
+        Membership.objects.create(room=room, user=owner, role=Membership.Role.OWNER)
+        room.assistants.add(assistant)
+        return room
+
+
+def create_room(owner: User, name: str, topic: str = "", reply_to_all: bool = False) -> Room:
+    name, topic = check_room_name(name, topic)
+    base = slugify(name)[:100]
+    default_assistant = ensure_default_assistant()
+    for attempt in range(50):
+        slug = base if attempt == 0 else f"{base}-{attempt + 1}"
+        try:
+            return _create(owner, name, slug, topic, reply_to_all, default_assistant)
+        except IntegrityError:
+            continue
+    return _create(owner, name, f"{base}-{uuid.uuid4().hex[:8]}", topic, reply_to_all, default_assistant)
+
+
+def join_by_invite(user: User, token: str) -> Room:
+    room = Room.objects.filter(invite_token=token).first()
+    if room is None:
+        raise ClientError("invite.invalid", "This invite link is not valid (it may have been reset).")
+    _, created = Membership.objects.get_or_create(room=room, user=user)
+    if created:
+        _announce_members_on_commit(room.id)
+    return room
+
+
+def leave_room(user: User, room: Room) -> None:
+    if room.owner_id == user.pk:
+        raise ClientError("room.owner_cannot_leave", "The owner cannot leave; delete the room instead.")
+    remove_member(room, user, reason="left")
+
+
+def remove_member(room: Room, user: User, reason: str) -> None:
+    """End a membership; the user's open sockets in that room close, on every process."""
+    deleted, _ = Membership.objects.filter(room=room, user=user).exclude(role=Membership.Role.OWNER).delete()
+    if not deleted:
+        return
+    ended: MembershipEnded = {"type": "membership.ended", "room_id": room.id, "reason": reason}
+    transaction.on_commit(lambda: broadcast.to_user_sync(user.pk, ended))
+    _announce_members_on_commit(room.id)
+
+
+def reset_invite(room: Room) -> None:
+    room.invite_token = new_invite_token()
+    room.save(update_fields=["invite_token"])
+
+
+def update_room(room: Room, *, topic: str, reply_to_all: bool, assistant_ids: list[int]) -> None:
+    _, topic = check_room_name(room.name, topic)
+    with transaction.atomic():
+        room.topic = topic
+        room.reply_to_all = reply_to_all
+        room.save(update_fields=["topic", "reply_to_all"])
+        room.assistants.set(Assistant.objects.filter(pk__in=assistant_ids))
+
+
+def room_for_socket(user: Any, slug: str) -> tuple[int, str] | None:
+    """(room id, slug) when `user` may connect to the room's socket, else None."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    row = Membership.objects.filter(room__slug=slug, user_id=user.pk).values_list("room_id", "room__slug").first()
+    return row

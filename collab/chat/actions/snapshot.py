@@ -1,0 +1,63 @@
+"""What a (re)connecting member is shown: the recent messages, replies streaming on any
+process with their text so far, and the member list; and older pages of history."""
+
+from __future__ import annotations
+
+import math
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from collab.chat import rendering, shared
+from collab.chat.actions.rooms import members_of
+from collab.chat.models import Message, Room
+
+NO_FLOOR = math.inf  # a snapshot message that takes no more pieces, only its final article
+
+
+def _recent(room_id: int, before_seq: int | None = None) -> tuple[list[Message], bool]:
+    limit = settings.COLLAB["HISTORY_MESSAGES"]
+    qs = Message.objects.filter(room_id=room_id)
+    if before_seq is not None:
+        qs = qs.filter(seq__lt=before_seq)
+    page = list(qs.order_by("-seq")[: limit + 1])
+    return page[:limit][::-1], len(page) > limit
+
+
+def older_messages(room: Room, before_seq: int) -> tuple[list[Message], bool]:
+    return _recent(room.id, before_seq)
+
+
+async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, float]]:
+    """The frames a member gets on (re)connect, and the `floors` that keep what follows
+    gap-free and duplicate-free for that member.
+
+    The caller has already joined the room's group, so every frame sent after that is
+    queued for it. A streaming reply's text is read from the shared state *after* that
+    join, and its owner appends each piece there *before* broadcasting it: so a piece is
+    either in the text read (length L) or in a frame that reaches this socket, and
+    queued pieces below L are dropped (floor L). A reply not begun yet has floor 0 (all
+    its pieces follow); every other message takes no piece at all (floor = inf) and only
+    a whole `final` article replaces it.
+    """
+    messages, has_older = await database_sync_to_async(_recent)(room_id)
+    state = shared.backend()
+    views = await state.read([m.id for m in messages if m.status == Message.Status.STREAMING])
+    online = await state.online(room_id)
+    members = await database_sync_to_async(members_of)(room_id, online)
+    live_texts: dict[int, str] = {}
+    states: dict[int, str] = {}
+    floors: dict[int, float] = {}
+    for m in messages:
+        view = views.get(m.id)
+        if m.status != Message.Status.STREAMING or (view is not None and view.ended):
+            floors[m.id] = NO_FLOOR
+        elif view is None:  # announced, not begun: every piece is still to come
+            live_texts[m.id] = ""
+            floors[m.id] = 0
+        else:
+            live_texts[m.id] = view.text
+            states[m.id] = view.state
+            floors[m.id] = len(view.text)
+    html = rendering.frame_snapshot(messages, live_texts, has_older=has_older, room_slug=room_slug, states=states)
+    return html, rendering.frame_members(members), floors

@@ -1,0 +1,206 @@
+"""A server process's own background work, and its orderly end.
+
+Started with the process's first socket (`ensure_started`):
+
+- control: listens on the channel layer's processes group and stops the replies this
+  process runs when any process asks (a stop sent to another process, stop-all);
+- heartbeat, every HEARTBEAT_S: renews the leases of its replies, the presence of its
+  sockets and the provider slots it holds, in the shared state;
+- sweep, every SWEEP_S (and once at start): any process finishes, as `interrupted`
+  with their text, the replies whose lease ran out (their process died) and those left
+  `streaming` in the database with no lease at all; it also drops dead sockets from
+  presence and announces the member lists that changed.
+
+On SIGTERM (`drain`): refuse new sockets and new work, close the open sockets with
+1012 (pages reconnect, to another process behind the proxy), let running replies
+finish for COLLAB_DRAIN_S seconds, stop the rest as `interrupted` with their text,
+then stop the server. A second SIGTERM cuts the wait short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from datetime import timedelta
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.utils import timezone
+
+from collab.chat import shared
+from collab.chat.actions import replies, rooms
+from collab.chat.actions.providers import deployment_slots
+from collab.chat.events import PROCESSES_GROUP
+from collab.chat.generation import registry
+from collab.chat.models import Message
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 2.0  # well inside the shared state's 6 s leases: two beats may be missed
+SWEEP_S = 2.0  # a dead process's replies are interrupted within lease 6 s + this
+ORPHAN_GRACE_S = 15.0  # a `streaming` reply no process has leased for this long is an orphan
+GROUP_CLOSE_CODE = 1012  # "service restart": htmx's ws extension reconnects after it
+
+
+def _unleased_candidates(grace_s: float) -> list[int]:
+    cutoff = timezone.now() - timedelta(seconds=grace_s)
+    rows = Message.objects.filter(status=Message.Status.STREAMING, created_at__lt=cutoff)
+    return list(rows.values_list("id", flat=True)[:500])
+
+
+async def sweep_once(grace_s: float = ORPHAN_GRACE_S) -> list[int]:
+    """Finish what dead processes left behind; returns the replies it interrupted."""
+    state = shared.backend()
+    ended = []
+    for reply_id in await state.expired_leases():
+        if registry.get(reply_id) is None:  # ours renew their lease; a stalled loop keeps them
+            await replies.interrupt(reply_id)
+            ended.append(reply_id)
+    candidates = [i for i in await database_sync_to_async(_unleased_candidates)(grace_s) if registry.get(i) is None]
+    leased = await state.leased(candidates)
+    for reply_id in candidates:
+        if reply_id not in leased:
+            await replies.interrupt(reply_id)
+            ended.append(reply_id)
+    for room_id in await state.sweep_presence():
+        await rooms.announce_members(room_id)
+    if ended:
+        log.warning("interrupted %d replies that no process was running: %s", len(ended), ended)
+    return ended
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.enabled = bool(settings.COLLAB["BACKGROUND"])
+        self.draining = False
+        self.sockets: dict[str, tuple[int, int, Any]] = {}  # channel name -> (room, user, consumer)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._drain: asyncio.Task[None] | None = None
+
+    def ensure_started(self) -> None:
+        loop = asyncio.get_running_loop()
+        if not self.enabled or self._loop is loop:
+            return
+        self._loop = loop
+        for job in (self._control, self._heartbeat, self._sweeper):
+            task = loop.create_task(job(), name=f"collab-{job.__name__.strip('_')}")
+            self._tasks.add(task)
+        self._install_sigterm(loop)
+
+    # --- the loops ------------------------------------------------------------------------------
+
+    async def _control(self) -> None:
+        layer = get_channel_layer()
+        assert layer is not None
+        while True:
+            try:
+                channel = await layer.new_channel()
+                await layer.group_add(PROCESSES_GROUP, channel)
+                while True:
+                    self.on_control(await layer.receive(channel))
+            except Exception:
+                log.warning("control channel failed; listening again in 1 s", exc_info=True)
+                await asyncio.sleep(1)
+
+    def on_control(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "reply.stop":
+            registry.stop(int(event["message_id"]), str(event.get("reason", "stopped")))
+        elif event.get("type") == "room.stop_all":
+            for reply_id in registry.in_room(int(event["room_id"])):
+                registry.stop(reply_id)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            try:
+                state = shared.backend()
+                await state.renew_leases(registry.ids())
+                await state.renew_presence((room, user, name) for name, (room, user, _) in self.sockets.items())
+                await state.renew_slots(deployment_slots.held)
+            except Exception:
+                log.warning("heartbeat failed", exc_info=True)
+            await asyncio.sleep(HEARTBEAT_S)
+
+    async def _sweeper(self) -> None:
+        while True:
+            try:
+                await sweep_once()
+            except Exception:
+                log.warning("sweep failed", exc_info=True)
+            await asyncio.sleep(SWEEP_S)
+
+    # --- sockets --------------------------------------------------------------------------------
+
+    def socket_opened(self, channel_name: str, room_id: int, user_id: int, consumer: Any) -> None:
+        self.sockets[channel_name] = (room_id, user_id, consumer)
+
+    def socket_closed(self, channel_name: str) -> None:
+        self.sockets.pop(channel_name, None)
+
+    # --- an orderly end -------------------------------------------------------------------------
+
+    def _install_sigterm(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Under Daphne (Twisted's reactor on this loop), SIGTERM drains first: replace the
+        reactor's own handler, which would stop at once and strand every running reply."""
+        if "twisted.internet.reactor" not in sys.modules or not _is_main_thread():
+            return
+        signal.signal(signal.SIGTERM, lambda *_: loop.call_soon_threadsafe(self._on_sigterm))
+
+    def _on_sigterm(self) -> None:
+        if self._drain is None:
+            self._drain = asyncio.get_running_loop().create_task(self._drain_then_stop())
+        else:  # a second SIGTERM: stop waiting
+            for reply_id in registry.ids():
+                registry.stop(reply_id, "interrupted")
+
+    async def _drain_then_stop(self) -> None:
+        try:
+            await self.drain(float(settings.COLLAB["DRAIN_S"]))
+        finally:
+            from twisted.internet import reactor
+
+            reactor.stop()  # type: ignore[attr-defined,misc]
+
+    async def drain(self, grace_s: float) -> None:
+        self.draining = True
+        log.warning("draining: %d replies running, %d sockets open", len(registry), len(self.sockets))
+        for _room, _user, consumer in list(self.sockets.values()):
+            with contextlib.suppress(Exception):
+                await consumer.close(code=GROUP_CLOSE_CODE)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace_s):
+                await registry.wait_idle()
+        left = registry.ids()
+        for reply_id in left:
+            registry.stop(reply_id, "interrupted")
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(10):
+                await registry.wait_idle()
+        log.warning("drained: %d replies stored as interrupted", len(left))
+        for task in self._tasks:
+            task.cancel()
+
+
+def start_with_server() -> None:
+    """Under Daphne, start the background work (and its first sweep) as soon as the
+    server runs, not at its first socket: a process that restarts after a crash finishes
+    what it left behind even if nobody connects to it."""
+    if "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import reactor
+
+    reactor.callWhenRunning(runtime.ensure_started)  # type: ignore[attr-defined]
+
+
+def _is_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+runtime = Runtime()

@@ -1,0 +1,82 @@
+"""State shared by every server process of a deployment: the live replies (text so far,
+state, owner lease), posting rate limits, presence and providers' deployment-wide
+concurrency caps.
+
+With Redis (`REDIS_URL`) the state lives there and any process can read or change it;
+without, one process is the deployment and the same interface is kept in memory.
+`backend()` returns the one for the running event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import weakref
+from typing import Any
+
+from django.conf import settings
+
+from collab.chat.shared.base import LiveView, SharedState
+from collab.chat.shared.memory import MemoryState
+
+__all__ = ["PROCESS_ID", "LiveView", "SharedState", "backend", "online_sync", "reset", "reset_memory"]
+
+# This process, as leases and presence name it: unique across machines and restarts.
+PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+_memory = MemoryState()
+_redis: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], SharedState]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def backend() -> SharedState:
+    """Redis when `COLLAB_SHARED_REDIS_URL` (default: `REDIS_URL`) is set, else this
+    process's memory. Redis clients are per event loop (their connections belong to it)."""
+    url = settings.COLLAB_SHARED_REDIS_URL
+    if not url:
+        return _memory
+    from collab.chat.shared.redis import RedisState
+
+    loop = asyncio.get_running_loop()
+    per_loop = _redis.setdefault(loop, {})
+    key = (url, settings.COLLAB_REDIS_PREFIX)
+    state = per_loop.get(key)
+    if state is None:
+        state = per_loop[key] = RedisState(url, settings.COLLAB_REDIS_PREFIX)
+    return state
+
+
+def reset_memory() -> None:
+    """Forget this process's memory state (tests)."""
+    _memory.__init__()  # type: ignore[misc]
+
+
+async def reset() -> None:
+    """Forget everything (tests): the memory state, and close this loop's Redis clients."""
+    reset_memory()
+    per_loop = _redis.pop(asyncio.get_running_loop(), {})
+    for state in per_loop.values():
+        await state.close()
+
+
+_sync_clients: dict[str, Any] = {}
+
+
+def online_sync(room_id: int) -> set[int]:
+    """`online(room_id)` for sync code (views, on_commit hooks), which has no event loop
+    of its own to keep an async client on."""
+    url = settings.COLLAB_SHARED_REDIS_URL
+    if not url:
+        return set(_memory._sockets.get(room_id, {}).values())
+    import redis
+
+    from collab.chat.shared.redis import ONLINE, user_ids
+
+    script = _sync_clients.get(url)
+    if script is None:
+        client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        script = _sync_clients[url] = client.register_script(ONLINE)
+    return user_ids(script(keys=[f"{settings.COLLAB_REDIS_PREFIX}pr:{room_id}"]))

@@ -1,0 +1,111 @@
+"""What every process may ask of the shared state; memory.py and redis.py implement it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+LEASE_TTL_S = 6.0  # a reply whose owner has not renewed its lease for this long is interrupted
+PRESENCE_TTL_S = 6.0  # a socket not renewed for this long is offline (its process died)
+KEEP_ENDED_S = 60.0  # an ended reply stays readable as "ended" this long (snapshots racing its end)
+SLOT_TTL_S = 6.0  # a deployment-wide provider slot of a dead process frees itself after this
+
+OnQueued = Callable[[int], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """A live reply as any process sees it.
+
+    `text` is every piece flushed so far, in order (pieces that follow start at
+    len(text)); `ended` once its owner has stored the final article; `state` is the
+    label shown while it waits ("queued (2 ahead)") or writes.
+    """
+
+    text: str
+    state: str = ""
+    ended: bool = False
+
+
+class SharedState(ABC):
+    # --- live replies: text so far, state, owner lease ---------------------------------
+
+    @abstractmethod
+    async def begin(self, reply_id: int, room_id: int, owner: str) -> None:
+        """Before a reply is announced: its (empty) text, and its owner's lease."""
+
+    @abstractmethod
+    async def append(self, reply_id: int, text: str) -> None:
+        """A flushed piece, before it is broadcast: a member that reads the text after
+        joining the room's group gets every piece either here or from the group."""
+
+    @abstractmethod
+    async def set_state(self, reply_id: int, state: str) -> None: ...
+
+    @abstractmethod
+    async def end(self, reply_id: int) -> None:
+        """After the final article is stored: no lease; the text is kept briefly."""
+
+    @abstractmethod
+    async def read(self, reply_ids: Sequence[int]) -> dict[int, LiveView]:
+        """The live replies among `reply_ids`; one that has not begun is absent."""
+
+    @abstractmethod
+    async def renew_leases(self, reply_ids: Iterable[int]) -> None:
+        """The owner's heartbeat for the replies it still runs."""
+
+    @abstractmethod
+    async def expired_leases(self) -> list[int]:
+        """Replies whose owner stopped renewing (its process died or hung), each handed
+        to one caller only: their leases are taken out as they are returned."""
+
+    @abstractmethod
+    async def leased(self, reply_ids: Sequence[int]) -> set[int]:
+        """Those of `reply_ids` that some process holds a lease on."""
+
+    # --- posting rate ----------------------------------------------------------------------
+
+    @abstractmethod
+    async def take(self, key: str, burst: float, refill_s: float) -> bool:
+        """A token from bucket `key` (a burst, then one per refill_s), or False."""
+
+    # --- presence ----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def join(self, room_id: int, user_id: int, socket: str) -> bool:
+        """A socket opened the room. True when the room's online list changed."""
+
+    @abstractmethod
+    async def leave(self, room_id: int, user_id: int, socket: str) -> bool:
+        """A socket closed. True when the room's online list changed."""
+
+    @abstractmethod
+    async def renew_presence(self, sockets: Iterable[tuple[int, int, str]]) -> None:
+        """This process's heartbeat for its open sockets: (room, user, socket)."""
+
+    @abstractmethod
+    async def online(self, room_id: int) -> set[int]:
+        """Ids of the users with the room open on any process."""
+
+    @abstractmethod
+    async def sweep_presence(self) -> list[int]:
+        """Drop sockets of dead processes; the rooms whose online list changed."""
+
+    # --- a provider's deployment-wide concurrency cap ------------------------------------
+
+    @abstractmethod
+    async def acquire_slot(self, name: str, cap: int, token: str, on_queued: OnQueued | None) -> None:
+        """Wait (first come, first served) until fewer than `cap` streams of provider
+        `name` run in the deployment; `on_queued(ahead)` when it must wait."""
+
+    @abstractmethod
+    async def release_slot(self, name: str, token: str) -> None: ...
+
+    @abstractmethod
+    async def renew_slots(self, held: Iterable[tuple[str, str]]) -> None:
+        """This process's heartbeat for the slots it holds: (name, token)."""
+
+    async def close(self) -> None:
+        """Close connections (tests; a process shutting down)."""
+        return None

@@ -1,0 +1,305 @@
+"""The shared state in Redis, for several server processes (docs/architecture.md).
+
+Keys, under the prefix (`COLLAB_REDIS_PREFIX`, default `collab:`):
+
+    r:{id}          hash   a live reply: room, owner, state, ended
+    r:{id}:t        string its text so far (APPEND per flushed piece, read whole)
+    leases          zset   reply id -> lease deadline (Redis clock); the owner renews it
+    rate:{key}      hash   a posting token bucket
+    pr:{room}       zset   "user:socket" -> presence deadline
+    pr:rooms        set    the presence zsets in use (swept by every process)
+    slot:{name}:*   zsets  a provider's slot holders and waiters (first come, first served)
+
+Deadlines use Redis's own clock (TIME inside scripts), so processes on machines whose
+clocks disagree still agree on what has expired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from collab.chat.shared.base import (
+    KEEP_ENDED_S,
+    LEASE_TTL_S,
+    PRESENCE_TTL_S,
+    SLOT_TTL_S,
+    LiveView,
+    OnQueued,
+    SharedState,
+)
+
+KEEP_LIVE_S = 24 * 3600  # a safety net: no key outlives a day, whatever happens
+SLOT_POLL_S = 0.05  # a queued request asks again this often (a slot frees on any process)
+
+_NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2]) / 1000000 "
+
+# KEYS[1] zset; ARGV[1] ttl, ARGV[2..] members: push the deadline of existing members only.
+_RENEW = (
+    _NOW
+    + """
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[i]) end
+return 0"""
+)
+
+# KEYS[1] zset: take out the members whose deadline has passed, and return them (the
+# caller alone now owns each: two processes sweeping at once never share one).
+_EXPIRED = (
+    _NOW
+    + """
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, m in ipairs(gone) do redis.call('ZREM', KEYS[1], m) end
+return gone"""
+)
+
+# KEYS[1] lease zset; ARGV[1] ttl, ARGV[2] member: a new lease.
+_LEASE = _NOW + "redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2]) return 0"
+
+# KEYS[1] room zset: the members whose deadline has not passed ("user:socket").
+ONLINE = _NOW + "return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')"
+
+# KEYS[1] bucket; ARGV burst, refill_s: 1 when a token was taken.
+_TAKE = (
+    _NOW
+    + """
+local burst, refill = tonumber(ARGV[1]), tonumber(ARGV[2])
+local s = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens, at = tonumber(s[1]) or burst, tonumber(s[2]) or now
+tokens = math.min(burst, tokens + (now - at) / refill)
+local ok = 0
+if tokens >= 1 then tokens = tokens - 1 ok = 1 end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(burst * refill) + 1)
+return ok"""
+)
+
+_HAS_USER = """
+local function has_user(key, prefix)
+  for _, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    if string.sub(m, 1, #prefix) == prefix then return true end
+  end
+  return false
+end
+"""
+
+# KEYS[1] room zset, KEYS[2] rooms set; ARGV member, ttl, "user:": 1 if the online list changed.
+_JOIN = (
+    _NOW
+    + _HAS_USER
+    + """
+local dropped = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local was = has_user(KEYS[1], ARGV[3])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('SADD', KEYS[2], KEYS[1])
+if dropped > 0 or not was then return 1 end
+return 0"""
+)
+
+# KEYS[1] room zset; ARGV member, "user:": 1 if the online list changed.
+_LEAVE = (
+    _HAS_USER
+    + """
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+if has_user(KEYS[1], ARGV[2]) then return 0 end
+return 1"""
+)
+
+# KEYS[1] rooms set: drop expired sockets; the room keys whose online list changed.
+_SWEEP_PRESENCE = (
+    _NOW
+    + """
+local changed = {}
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('ZREMRANGEBYSCORE', key, '-inf', now) > 0 then table.insert(changed, key) end
+  if redis.call('ZCARD', key) == 0 then redis.call('SREM', KEYS[1], key) end
+end
+return changed"""
+)
+
+# KEYS holders, waiters (arrival order), alive (waiter deadlines), seq; ARGV token, cap, ttl.
+# 0 when the slot is taken, else how many are ahead (1 = next).
+_ACQUIRE = (
+    _NOW
+    + """
+local token, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+  redis.call('ZREM', KEYS[2], dead) redis.call('ZREM', KEYS[3], dead)
+end
+if not redis.call('ZSCORE', KEYS[2], token) then
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), token)
+end
+local free = cap - redis.call('ZCARD', KEYS[1])
+local rank = redis.call('ZRANK', KEYS[2], token)
+if rank < free then
+  redis.call('ZREM', KEYS[2], token) redis.call('ZREM', KEYS[3], token)
+  redis.call('ZADD', KEYS[1], now + ttl, token)
+  return 0
+end
+redis.call('ZADD', KEYS[3], now + ttl, token)
+return rank - math.max(free, 0) + 1"""
+)
+
+
+def _decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def user_ids(members: Iterable[Any]) -> set[int]:
+    """Presence members ("user:socket") -> user ids."""
+    return {int(_decode(m).split(":", 1)[0]) for m in members}
+
+
+class RedisState(SharedState):
+    def __init__(self, url: str, prefix: str) -> None:
+        self.redis = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        self.p = prefix
+        self._renew = self.redis.register_script(_RENEW)
+        self._expired = self.redis.register_script(_EXPIRED)
+        self._lease = self.redis.register_script(_LEASE)
+        self._take = self.redis.register_script(_TAKE)
+        self._join = self.redis.register_script(_JOIN)
+        self._leave = self.redis.register_script(_LEAVE)
+        self._sweep_presence = self.redis.register_script(_SWEEP_PRESENCE)
+        self._acquire = self.redis.register_script(_ACQUIRE)
+        self._online = self.redis.register_script(ONLINE)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    # --- live replies ----------------------------------------------------------------------
+
+    def _r(self, reply_id: int) -> str:
+        return f"{self.p}r:{reply_id}"
+
+    async def begin(self, reply_id: int, room_id: int, owner: str) -> None:
+        key = self._r(reply_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(key + ":t", "", ex=KEEP_LIVE_S)
+            pipe.hset(key, mapping={"room": room_id, "owner": owner, "state": ""})
+            pipe.expire(key, KEEP_LIVE_S)
+            await self._lease(keys=[self.p + "leases"], args=[LEASE_TTL_S, reply_id], client=pipe)
+            await pipe.execute()
+
+    async def append(self, reply_id: int, text: str) -> None:
+        await self.redis.append(self._r(reply_id) + ":t", text)
+
+    async def set_state(self, reply_id: int, state: str) -> None:
+        await self.redis.hset(self._r(reply_id), "state", state)
+
+    async def end(self, reply_id: int) -> None:
+        key = self._r(reply_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(self.p + "leases", reply_id)
+            pipe.hset(key, "ended", 1)
+            pipe.expire(key, int(KEEP_ENDED_S))
+            pipe.expire(key + ":t", int(KEEP_ENDED_S))
+            await pipe.execute()
+
+    async def read(self, reply_ids: Sequence[int]) -> dict[int, LiveView]:
+        if not reply_ids:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for i in reply_ids:
+                pipe.hmget(self._r(i), "state", "ended")
+                pipe.get(self._r(i) + ":t")
+            rows = await pipe.execute()
+        out = {}
+        for n, i in enumerate(reply_ids):
+            (state, ended), text = rows[2 * n], rows[2 * n + 1]
+            if text is not None:
+                out[i] = LiveView(_decode(text), _decode(state), bool(ended))
+        return out
+
+    async def renew_leases(self, reply_ids: Iterable[int]) -> None:
+        ids = list(reply_ids)
+        if ids:
+            await self._renew(keys=[self.p + "leases"], args=[LEASE_TTL_S, *ids])
+
+    async def expired_leases(self) -> list[int]:
+        return [int(_decode(i)) for i in await self._expired(keys=[self.p + "leases"])]
+
+    async def leased(self, reply_ids: Sequence[int]) -> set[int]:
+        if not reply_ids:
+            return set()
+        scores = await self.redis.zmscore(self.p + "leases", [str(i) for i in reply_ids])
+        return {i for i, s in zip(reply_ids, scores, strict=True) if s is not None}
+
+    # --- posting rate ----------------------------------------------------------------------
+
+    async def take(self, key: str, burst: float, refill_s: float) -> bool:
+        return bool(await self._take(keys=[f"{self.p}rate:{key}"], args=[burst, refill_s]))
+
+    # --- presence ----------------------------------------------------------------------------
+
+    async def join(self, room_id: int, user_id: int, socket: str) -> bool:
+        keys = [f"{self.p}pr:{room_id}", f"{self.p}pr:rooms"]
+        return bool(await self._join(keys=keys, args=[f"{user_id}:{socket}", PRESENCE_TTL_S, f"{user_id}:"]))
+
+    async def leave(self, room_id: int, user_id: int, socket: str) -> bool:
+        keys = [f"{self.p}pr:{room_id}"]
+        return bool(await self._leave(keys=keys, args=[f"{user_id}:{socket}", f"{user_id}:"]))
+
+    async def renew_presence(self, sockets: Iterable[tuple[int, int, str]]) -> None:
+        by_room: dict[int, list[str]] = {}
+        for room_id, user_id, socket in sockets:
+            by_room.setdefault(room_id, []).append(f"{user_id}:{socket}")
+        if not by_room:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for room_id, members in by_room.items():
+                await self._renew(keys=[f"{self.p}pr:{room_id}"], args=[PRESENCE_TTL_S, *members], client=pipe)
+            await pipe.execute()
+
+    async def online(self, room_id: int) -> set[int]:
+        return user_ids(await self._online(keys=[f"{self.p}pr:{room_id}"]))
+
+    async def sweep_presence(self) -> list[int]:
+        changed = await self._sweep_presence(keys=[f"{self.p}pr:rooms"])
+        return [int(_decode(k).rsplit(":", 1)[1]) for k in changed]
+
+    # --- deployment-wide provider cap --------------------------------------------------------
+
+    def _slot_keys(self, name: str) -> list[str]:
+        base = f"{self.p}slot:{name}:"
+        return [base + "holders", base + "waiters", base + "alive", base + "seq"]
+
+    async def acquire_slot(self, name: str, cap: int, token: str, on_queued: OnQueued | None) -> None:
+        keys = self._slot_keys(name)
+        told = 0
+        try:
+            while True:
+                ahead = int(await self._acquire(keys=keys, args=[token, cap, SLOT_TTL_S]))
+                if ahead == 0:
+                    return
+                if ahead != told and on_queued is not None:
+                    told = ahead
+                    await on_queued(ahead)
+                # A slot may free on any process: ask again shortly (there is no event
+                # to wait on across processes that would also survive one dying).
+                await asyncio.sleep(SLOT_POLL_S)
+        except BaseException:
+            await asyncio.shield(self.release_slot(name, token))
+            raise
+
+    async def release_slot(self, name: str, token: str) -> None:
+        holders, waiters, alive, _ = self._slot_keys(name)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zrem(holders, token)
+            pipe.zrem(waiters, token)
+            pipe.zrem(alive, token)
+            await pipe.execute()
+
+    async def renew_slots(self, held: Iterable[tuple[str, str]]) -> None:
+        by_name: dict[str, list[str]] = {}
+        for name, token in held:
+            by_name.setdefault(name, []).append(token)
+        if not by_name:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for name, tokens in by_name.items():
+                await self._renew(keys=[self._slot_keys(name)[0]], args=[SLOT_TTL_S, *tokens], client=pipe)
+            await pipe.execute()
