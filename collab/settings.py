@@ -115,6 +115,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channel layer --------------------------------------------------------------
 REDIS_URL = env("REDIS_URL")
+# State shared by the server processes (collab/chat/shared/): live replies, leases, rate
+# limits, presence. In Redis whenever the channel layer is, else in this process's memory.
+COLLAB_SHARED_REDIS_URL = env("COLLAB_SHARED_REDIS_URL", REDIS_URL)
+# Every key collab writes in Redis, the channel layer's included, starts with this: two
+# deployments (or test runs) can share one Redis.
+COLLAB_REDIS_PREFIX = env("COLLAB_REDIS_PREFIX", "collab:")
 # Pub/sub: 5x the group_sends/s of the list-based layer and no silent drop at
 # `capacity` (docs/benchmarks.md, "channel layers"). COLLAB_REDIS_LAYER=core picks the
 # list-based one (the `naive` load-test scenario does).
@@ -125,7 +131,7 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer"
             if _redis_layer == "core"
             else "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": COLLAB_REDIS_PREFIX + "asgi"},
         }
     }
 else:
@@ -209,7 +215,3 @@ COLLAB: dict[str, Any] = {
     # The process's background work: control listener, heartbeat, sweep (collab/chat/lifecycle.py).
     "BACKGROUND": env("COLLAB_BACKGROUND", "1") == "1",
 }
-# State shared by the server processes (collab/chat/shared/): live replies, leases, rate
-# limits, presence. In Redis whenever the channel layer is, else in this process's memory.
-COLLAB_SHARED_REDIS_URL = env("COLLAB_SHARED_REDIS_URL", REDIS_URL)
-COLLAB_REDIS_PREFIX = env("COLLAB_REDIS_PREFIX", "collab:")

@@ -1,0 +1,181 @@
+"""Several real Daphne processes on one real Redis and one real PostgreSQL database, and
+members connected to them over real WebSockets: what an operator runs behind nginx.
+
+Used by tests/test_multiprocess.py. Each process is started, signalled (SIGTERM,
+SIGKILL) and waited for as a user's process manager would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from collab.loadtest.frames import Frames
+from tests.conftest import IN_CI
+from tests.test_e2e import free_port, login, wait_http
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "cluster-pw-123"
+MEMBER_RE = re.compile(r'<li class="[^"]*" data-user="([^"]+)" data-online="([01])">')
+
+
+def postgres_url() -> str:
+    """A server to create a throwaway database on (a failure in CI when absent)."""
+    import psycopg
+
+    url = os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+    try:
+        psycopg.connect(url, connect_timeout=2).close()
+    except Exception as exc:
+        if IN_CI:
+            pytest.fail(f"PostgreSQL is required in CI and does not answer at {url}: {exc}")
+        pytest.skip(f"no PostgreSQL at {url}")
+    return url
+
+
+@contextmanager
+def throwaway_database(server_url: str) -> Iterator[str]:
+    import psycopg
+
+    name = f"collab_cluster_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield re.sub(r"/[^/]*$", f"/{name}", server_url)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass
+class Process:
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def ws(self) -> str:
+        return self.url.replace("http", "ws") + "/ws/rooms/lab/"
+
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    processes: list[Process] = field(default_factory=list)
+
+    def start(self, name: str, **extra_env: str) -> Process:
+        port = free_port()
+        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"]
+        proc = subprocess.Popen(command, env={**self.env, **extra_env}, cwd=ROOT)
+        process = Process(name, f"http://127.0.0.1:{port}", proc)
+        self.processes.append(process)
+        wait_http(f"{process.url}/healthz", proc)
+        return process
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            env=self.env, cwd=ROOT, check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        return done.stdout
+
+    def replies(self) -> dict[int, dict[str, Any]]:
+        code = (
+            "import json; from collab.chat.models import Message; print(json.dumps({m.id: {'text': m.text, "
+            "'status': m.status, 'author': m.author_name} for m in Message.objects.filter(role='assistant')}))"
+        )
+        out = self.manage("shell", "-c", code)
+        return {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+
+    def count_messages(self, role: str = "user") -> int:
+        code = f"from collab.chat.models import Message; print(Message.objects.filter(role={role!r}).count())"
+        return int(self.manage("shell", "-c", code).strip().splitlines()[-1])
+
+    def stop_all(self) -> None:
+        for p in self.processes:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+        for p in self.processes:
+            try:
+                p.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                p.proc.kill()
+                p.proc.wait(10)
+
+
+class Tab:
+    """One browser tab on one process, as the wire shows it."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.frames = Frames()
+        self.members: dict[str, bool] = {}
+        self.closed_with: int | None = None
+
+    async def read(self) -> None:
+        frame = await self.ws.recv()
+        assert isinstance(frame, str)
+        self.frames.feed(frame, time.monotonic())
+        found = MEMBER_RE.findall(frame)
+        if found:
+            self.members = {user: online == "1" for user, online in found}
+
+    async def until(self, done: Callable[[Tab], bool], timeout: float = 30.0) -> None:
+        """Read frames until `done` holds: waits for the event, never for a fixed time."""
+        async with asyncio.timeout(timeout):
+            while not done(self):
+                await self.read()
+
+    async def post(self, text: str) -> None:
+        await self.ws.send(json.dumps({"text": text, "client_id": str(uuid.uuid4()), "HEADERS": {}}))
+
+    async def send(self, **content: Any) -> None:
+        await self.ws.send(json.dumps(content))
+
+    def assistant_replies(self) -> dict[int, Any]:
+        return {i: r for i, r in self.frames.replies.items() if r.role == "assistant"}
+
+
+class Browser:
+    """A logged-in user: one session cookie, valid on every process."""
+
+    def __init__(self, cookie: str) -> None:
+        self.cookie = cookie
+
+    @classmethod
+    async def login(cls, process: Process, username: str) -> Browser:
+        return cls(await asyncio.to_thread(login, process.url, username, PASSWORD))
+
+    def open(self, process: Process) -> Any:
+        return connect(process.ws, origin=process.url, additional_headers={"Cookie": f"sessionid={self.cookie}"})  # type: ignore[arg-type]
+
+
+SETUP = f"""
+from django.contrib.auth.models import User
+from collab.chat.actions import providers, rooms
+from collab.chat.models import Assistant, Membership
+alice = User.objects.create_user("alice", password="{PASSWORD}")
+bob = User.objects.create_user("bob", password="{PASSWORD}")
+room = rooms.create_room(alice, "Lab", topic="two processes")
+Membership.objects.create(room=room, user=bob)
+provider = providers.ensure_default_assistant().provider
+provider.read_timeout_s = 5
+provider.save()
+room.assistants.add(Assistant.objects.create(handle="long", display_name="LONG", provider=provider, max_tokens=4000))
+room.assistants.add(Assistant.objects.create(handle="short", display_name="SHORT", provider=provider, max_tokens=20))
+"""

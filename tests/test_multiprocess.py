@@ -1,0 +1,230 @@
+"""One room, two server processes: two real Daphnes on one real Redis and one real
+PostgreSQL database, members on each, the real openai client against the simulated
+model. Every promise of docs/architecture.md "Many processes" is checked here as a
+member sees it: live pieces, joining mid-reply, stop, kill -9, SIGTERM, the posting
+rate and presence, whichever process holds the socket or runs the reply.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from collab.simulator.app import SimulatorApp
+from collab.simulator.testing import running_simulator_app
+from tests.cluster import SETUP, Browser, Cluster, Tab, postgres_url, throwaway_database
+from tests.conftest import require_redis
+
+pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
+
+# Slow enough that a reply is still streaming while the test acts on it (3,000 tokens
+# at 150 tokens/s: 20 s for @long), fast enough for the short ones (@short: 20 tokens).
+SIM_TPS, SIM_TOKENS = 150.0, 3000
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[tuple[str, SimulatorApp]]:
+    with running_simulator_app(tps=SIM_TPS, ttft_ms=20, reply_tokens=SIM_TOKENS, seed=5) as (url, app):
+        yield url, app
+
+
+@pytest.fixture
+def cluster(sim: tuple[str, SimulatorApp]) -> Iterator[Cluster]:
+    redis_url = require_redis()
+    with throwaway_database(postgres_url()) as database_url:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "COLLAB_REDIS_PREFIX": f"mp{os.urandom(4).hex()}:",
+            "DJANGO_SECRET_KEY": os.urandom(32).hex(),  # one key: a session is valid on every process
+            "COLLAB_LLM_BASE_URL": sim[0],
+            "COLLAB_LLM_MODEL": "sim",
+            "COLLAB_POST_REFILL_S": "600",  # the burst alone: the rate test counts exactly
+            "DJANGO_SETTINGS_MODULE": "collab.settings",
+        }
+        env.pop("COLLAB_SHARED_REDIS_URL", None)
+        cluster = Cluster(env)
+        cluster.manage("migrate", "-v0")
+        cluster.manage("shell", "-c", SETUP)
+        try:
+            yield cluster
+        finally:
+            cluster.stop_all()
+
+
+@pytest.fixture
+async def two(cluster: Cluster) -> AsyncIterator[tuple[Cluster, Browser, Browser]]:
+    p1 = cluster.start("P1")
+    cluster.start("P2")
+    alice, bob = await Browser.login(p1, "alice"), await Browser.login(p1, "bob")
+    yield cluster, alice, bob
+
+
+def streaming_with_text(tab: Tab, at_least: int = 1) -> bool:
+    return any(r.status == "streaming" and len(r.text) >= at_least for r in tab.assistant_replies().values())
+
+
+def the_reply(tab: Tab) -> Any:
+    (reply,) = tab.assistant_replies().values()
+    return reply
+
+
+async def test_members_on_both_processes_see_the_pieces_live(two: tuple[Cluster, Browser, Browser]) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
+        a, b = Tab(a_ws), Tab(b_ws)
+        await a.until(lambda t: t.frames.snapshots == 1)
+        await b.until(lambda t: t.frames.snapshots == 1)
+        await a.post("@short hello from P1")
+        for tab in (a, b):
+            await tab.until(lambda t: any(r.final_attrs for r in t.assistant_replies().values()))
+    stored = cluster.replies()
+    for tab in (a, b):
+        reply = the_reply(tab)
+        assert reply.pieces > 1  # live, not only the final article
+        assert (reply.lost, reply.duplicated, reply.out_of_order) == (0, 0, 0)
+        assert reply.text == stored[reply.id]["text"] != ""
+        assert reply.final_attrs["data-status"] == "done"
+
+
+async def test_joining_on_the_other_process_mid_reply_resumes_without_gap(
+    two: tuple[Cluster, Browser, Browser],
+) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    async with alice.open(p1) as a_ws:
+        a = Tab(a_ws)
+        await a.until(lambda t: t.frames.snapshots == 1)
+        await a.post("@long tell me everything")
+        await a.until(lambda t: streaming_with_text(t, 200))
+        async with bob.open(p2) as b_ws:
+            b = Tab(b_ws)
+            await b.until(lambda t: t.frames.snapshots == 1)
+            reply = the_reply(b)
+            resumed_at = len(reply.text)
+            assert reply.status == "streaming" and resumed_at >= 200  # data-length L > 0, with the text so far
+            await b.until(lambda t: the_reply(t).pieces >= 3)  # the rest, live, before the final
+            assert not reply.final_attrs
+            await a.send(action="stop", message_id=reply.id)
+            await b.until(lambda t: bool(the_reply(t).final_attrs))
+    stored = cluster.replies()[reply.id]
+    assert (reply.lost, reply.duplicated, reply.out_of_order) == (0, 0, 0)
+    assert reply.piece_times[0][0] > resumed_at  # the first piece continued at L
+    assert stored["text"].startswith(reply.text[: reply.piece_times[-1][0]])
+    assert reply.final_attrs["data-status"] == "stopped" == stored["status"]
+
+
+async def test_stop_from_the_other_process_closes_the_upstream(
+    two: tuple[Cluster, Browser, Browser], sim: tuple[str, SimulatorApp]
+) -> None:
+    cluster, alice, _ = two
+    p1, p2 = cluster.processes
+    app = sim[1]
+    async with alice.open(p1) as on_p1, alice.open(p2) as on_p2:
+        a1, a2 = Tab(on_p1), Tab(on_p2)
+        await a1.until(lambda t: t.frames.snapshots == 1)
+        await a2.until(lambda t: t.frames.snapshots == 1)
+        await a1.post("@long a long answer, please")  # the reply runs on P1
+        await a2.until(lambda t: streaming_with_text(t, 50))
+        disconnects = app.stats.disconnects
+        reply_id = next(iter(a2.assistant_replies()))
+        sent = time.monotonic()
+        await a2.send(action="stop", message_id=reply_id)  # asked on P2
+        await a2.until(lambda t: bool(the_reply(t).final_attrs))
+        took = time.monotonic() - sent
+        assert not a2.frames.errors
+    print(f"stop across processes: final article {took * 1000:.0f} ms after the stop was sent")
+    assert the_reply(a2).final_attrs["data-status"] == "stopped"
+    assert cluster.replies()[reply_id]["status"] == "stopped"
+    assert app.stats.disconnects > disconnects  # the model's stream was closed, not left running
+
+
+async def test_kill_9_of_the_generating_process_interrupts_its_replies(two: tuple[Cluster, Browser, Browser]) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
+        a, b = Tab(a_ws), Tab(b_ws)
+        await a.until(lambda t: t.frames.snapshots == 1)
+        await b.until(lambda t: t.frames.snapshots == 1)
+        await a.post("@long keep going")
+        await b.until(lambda t: streaming_with_text(t, 100))
+        seen = the_reply(b).text
+        p1.proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        await b.until(lambda t: bool(the_reply(t).final_attrs), timeout=30)
+        took = time.monotonic() - killed
+    print(f"kill -9: interrupted, seen on the other process {took:.1f} s after the kill")
+    reply = the_reply(b)
+    assert reply.final_attrs["data-status"] == "interrupted"
+    stored = cluster.replies()[reply.id]
+    assert stored["status"] == "interrupted"
+    assert stored["text"].startswith(seen) and len(stored["text"]) >= len(reply.text[: reply.piece_times[-1][0]])
+    async with bob.open(p2) as fresh_ws:  # a fresh connection shows it ended, too
+        fresh = Tab(fresh_ws)
+        await fresh.until(lambda t: t.frames.snapshots == 1)
+        assert the_reply(fresh).status == "interrupted"
+
+
+async def test_sigterm_drains_and_leaves_no_reply_streaming(cluster: Cluster) -> None:
+    p1 = cluster.start("P1", COLLAB_DRAIN_S="2")
+    p2 = cluster.start("P2")
+    alice, bob = await Browser.login(p1, "alice"), await Browser.login(p2, "bob")
+    async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
+        a, b = Tab(a_ws), Tab(b_ws)
+        await a.until(lambda t: t.frames.snapshots == 1)
+        await b.until(lambda t: t.frames.snapshots == 1)
+        await a.post("@long @short both of you")
+        await b.until(lambda t: len(t.assistant_replies()) == 2 and streaming_with_text(t, 20))
+        p1.proc.send_signal(signal.SIGTERM)
+        await b.until(lambda t: all(r.final_attrs for r in t.assistant_replies().values()))
+        assert p1.proc.wait(30) == 0
+    statuses = {r["author"]: r["status"] for r in cluster.replies().values()}
+    assert statuses == {"SHORT": "done", "LONG": "interrupted"}  # the short one finished in the grace
+    long_reply = next(r for r in b.assistant_replies().values() if r.author == "LONG")
+    assert long_reply.final_attrs["data-status"] == "interrupted"
+    assert len(next(r for r in cluster.replies().values() if r["author"] == "LONG")["text"]) > 0
+
+
+async def test_a_burst_over_both_processes_is_limited_as_one(two: tuple[Cluster, Browser, Browser]) -> None:
+    cluster, alice, _ = two
+    p1, p2 = cluster.processes
+    async with alice.open(p1) as on_p1, alice.open(p2) as on_p2:
+        tabs = [Tab(on_p1), Tab(on_p2)]
+        for tab in tabs:
+            await tab.until(lambda t: t.frames.snapshots == 1)
+        for i in range(12):  # burst 8 per member and room; no refill during the test
+            await tabs[i % 2].post(f"message {i}")
+        limited = lambda t: sum(1 for code, _ in t.frames.errors if code == "rate.limited")  # noqa: E731
+        await tabs[0].until(lambda t: len([r for r in t.frames.replies.values() if r.role == "user"]) >= 8)
+        for tab in tabs:
+            await tab.until(lambda t: limited(t) == 2)  # 6 sent on each: the last 2 of each refused
+    assert cluster.count_messages("user") == 8
+
+
+async def test_presence_across_processes(two: tuple[Cluster, Browser, Browser]) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    async with alice.open(p1) as a_ws:
+        a = Tab(a_ws)
+        await a.until(lambda t: t.frames.snapshots == 1)
+        assert a.members == {"alice": True, "bob": False}
+        async with bob.open(p2) as b_ws:
+            b = Tab(b_ws)
+            await b.until(lambda t: t.frames.snapshots == 1)
+            assert b.members == {"alice": True, "bob": True}  # alice is on the other process
+            await a.until(lambda t: t.members.get("bob") is True)
+        await a.until(lambda t: t.members.get("bob") is False)  # bob closed his tab
+        async with bob.open(p2) as b_ws:
+            await Tab(b_ws).until(lambda t: t.frames.snapshots == 1)
+            await a.until(lambda t: t.members.get("bob") is True)
+            p2.proc.send_signal(signal.SIGKILL)  # bob's process dies: nobody says goodbye
+            killed = time.monotonic()
+            await a.until(lambda t: t.members.get("bob") is False, timeout=30)
+            print(f"presence: a killed process's member shown offline {time.monotonic() - killed:.1f} s later")
