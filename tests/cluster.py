@@ -125,11 +125,12 @@ class Tab:
         self.ws = ws
         self.frames = Frames()
         self.members: dict[str, bool] = {}
-        self.closed_with: int | None = None
+        self.raw: list[str] = []
 
     async def read(self) -> None:
         frame = await self.ws.recv()
         assert isinstance(frame, str)
+        self.raw.append(frame)
         self.frames.feed(frame, time.monotonic())
         found = MEMBER_RE.findall(frame)
         if found:
@@ -156,6 +157,34 @@ class Browser:
 
     def __init__(self, cookie: str) -> None:
         self.cookie = cookie
+
+    def submit(self, process: Process, path: str, fields: dict[str, str]) -> int:
+        """Fill in and send the form at `path` on `process`, as the page does (CSRF
+        token included); returns the HTTP status (redirects not followed)."""
+        import http.cookiejar
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), NoRedirect)
+        headers = {"Cookie": f"sessionid={self.cookie}"}
+        page = opener.open(urllib.request.Request(process.url + path, headers=headers)).read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+        assert token is not None, "no form on that page"
+        csrf = next(c.value for c in jar if c.name == "csrftoken")
+        body = urllib.parse.urlencode({**fields, "csrfmiddlewaretoken": token.group(1)}).encode()
+        request = urllib.request.Request(
+            process.url + path, data=body, headers={"Cookie": f"sessionid={self.cookie}; csrftoken={csrf}"}
+        )
+        try:
+            return int(opener.open(request).status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
 
     @classmethod
     async def login(cls, process: Process, username: str) -> Browser:

@@ -7,6 +7,7 @@ rate and presence, whichever process holds the socket or runs the reply.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -14,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
@@ -228,3 +230,51 @@ async def test_presence_across_processes(two: tuple[Cluster, Browser, Browser]) 
             killed = time.monotonic()
             await a.until(lambda t: t.members.get("bob") is False, timeout=30)
             print(f"presence: a killed process's member shown offline {time.monotonic() - killed:.1f} s later")
+
+
+async def test_removing_a_member_closes_their_socket_on_the_other_process(
+    two: tuple[Cluster, Browser, Browser],
+) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    async with bob.open(p2) as b_ws:
+        b = Tab(b_ws)
+        await b.until(lambda t: t.frames.snapshots == 1)
+        status = await asyncio.to_thread(
+            alice.submit, p1, "/r/lab/settings/", {"op": "remove_member", "username": "bob"}
+        )
+        assert status == 302
+        with pytest.raises(ConnectionClosed) as closed:
+            await b.until(lambda t: False)
+    assert ("room.left", "You are no longer a member of this room.") in b.frames.errors
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
+
+
+async def test_a_deployment_wide_cap_queues_across_processes(
+    two: tuple[Cluster, Browser, Browser], sim: tuple[str, SimulatorApp]
+) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    cluster.manage(
+        "shell", "-c", "from collab.chat.models import Provider; Provider.objects.update(deployment_max_concurrency=1)"
+    )
+    async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
+        a, b = Tab(a_ws), Tab(b_ws)
+        await a.until(lambda t: t.frames.snapshots == 1)
+        await b.until(lambda t: t.frames.snapshots == 1)
+        await a.post("@long first, on P1")
+        await a.until(lambda t: streaming_with_text(t, 20))
+        await b.post("@short second, on P2: waits for the first")
+        # The label arrives after the reply's article (a label for an unknown article is lost).
+        await b.until(lambda t: len(t.assistant_replies()) == 2 and any("queued" in frame for frame in t.raw))
+        labels = [i for i, frame in enumerate(b.raw) if 'class="state"' in frame and "queued" in frame]
+        announced = [i for i, frame in enumerate(b.raw) if 'data-author="SHORT"' in frame]
+        assert announced[0] < labels[0]
+        first = next(i for i, r in b.assistant_replies().items() if r.author == "LONG")
+        second = next(i for i, r in b.assistant_replies().items() if r.author == "SHORT")
+        assert b.assistant_replies()[second].pieces == 0  # queued: nothing streams
+        await a.send(action="stop", message_id=first)
+        await b.until(lambda t: bool(t.frames.replies[second].final_attrs))
+    stored = cluster.replies()
+    assert (stored[first]["status"], stored[second]["status"]) == ("stopped", "done")
+    assert b.frames.replies[second].pieces > 0  # it streamed once the slot was free

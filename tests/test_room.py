@@ -268,6 +268,18 @@ async def test_concurrent_posts_get_distinct_increasing_seqs(world: World) -> No
     assert seqs_seen == sorted(seqs_seen)
 
 
+async def test_a_sockets_actions_apply_in_the_order_sent(world: World) -> None:
+    """A long message (slow to render) sent first is stored first: one socket's actions
+    run one at a time, in order, whatever each one costs."""
+    long_text = "\n".join(f"- item **{i}** with `code {i}` and [a link](https://example.com/{i})" for i in range(600))
+    async with member(world.alice) as alice:
+        await alice.post(long_text[:7900])
+        await alice.post("SECOND")
+        await alice.until(lambda f: len(reply_ids(f, "user")) == 2)
+    stored = await amessages()
+    assert [(m.seq, m.text == "SECOND") for m in stored] == [(1, False), (2, True)]
+
+
 async def test_sweep_interrupts_replies_no_process_runs(world: World) -> None:
     """A reply left `streaming` by a process that died, with no lease, is ended
     `interrupted` with the text it had, and every member sees its final article; one

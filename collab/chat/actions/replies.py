@@ -96,6 +96,8 @@ class RoomSink:
         )
 
     async def state(self, text: str) -> None:
+        if not self.announced.is_set():  # a label for an article nobody has yet is lost
+            await self.announced.wait()
         reply_id = self.job.message_id
         try:
             await shared.backend().set_state(reply_id, text)
