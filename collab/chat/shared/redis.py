@@ -45,6 +45,10 @@ for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), A
 return 0"""
 )
 
+# The same for a process's leases, adding any that a sweep took out while the process was
+# too busy to renew them (it still runs those replies).
+_RENEW_LEASES = _RENEW.replace("'XX', ", "")
+
 # KEYS[1] zset: take out the members whose deadline has passed, and return them (the
 # caller alone now owns each: two processes sweeping at once never share one).
 _EXPIRED = (
@@ -158,6 +162,7 @@ class RedisState(SharedState):
         self.redis = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
         self.p = prefix
         self._renew = self.redis.register_script(_RENEW)
+        self._renew_leases = self.redis.register_script(_RENEW_LEASES)
         self._expired = self.redis.register_script(_EXPIRED)
         self._lease = self.redis.register_script(_LEASE)
         self._take = self.redis.register_script(_TAKE)
@@ -217,7 +222,7 @@ class RedisState(SharedState):
     async def renew_leases(self, reply_ids: Iterable[int]) -> None:
         ids = list(reply_ids)
         if ids:
-            await self._renew(keys=[self.p + "leases"], args=[LEASE_TTL_S, *ids])
+            await self._renew_leases(keys=[self.p + "leases"], args=[LEASE_TTL_S, *ids])
 
     async def expired_leases(self) -> list[int]:
         return [int(_decode(i)) for i in await self._expired(keys=[self.p + "leases"])]
