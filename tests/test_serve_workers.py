@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import re
 import shutil
 import signal
@@ -27,7 +28,7 @@ from websockets.asyncio.client import connect
 from collab import deploy
 from collab.loadtest.frames import Frames
 from tests.conftest import IN_CI, require_redis
-from tests.test_e2e import free_port, login, wait_http
+from tests.test_e2e import login, wait_http
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,10 +48,11 @@ def listening(port: int) -> bool:
 
 
 def free_port_run(count: int) -> int:
-    """A port P with P .. P+count-1 all free: --port and the workers after it."""
-    for _ in range(50):
-        base = free_port()
-        if base + count < 65536 and all(deploy.port_free("127.0.0.1", base + i) for i in range(count)):
+    """A port P with P .. P+count-1 all free: --port and the workers after it. Below the
+    ephemeral range, where no outgoing connection takes one between the check and the bind."""
+    for _ in range(100):
+        base = random.randrange(20000, 32000 - count)
+        if all(deploy.port_free("127.0.0.1", base + i) for i in range(count)):
             return base
     raise RuntimeError(f"no {count} consecutive free ports")
 
@@ -65,7 +67,7 @@ def test_the_site_gets_the_workers_and_the_port_of_the_run() -> None:
     assert re.findall(r"^\s*server 127\.0\.0\.1:(\d+);", rendered, re.M) == ["9001", "9002"]
     assert re.findall(r"^\s*listen\s+(\S+);", rendered, re.M) == ["127.0.0.1:9000"]
     # Everything else is the production file's: the socket settings, and the comments.
-    for kept in ("least_conn;", "proxy_read_timeout 1d;", "proxy_buffering off;", "#   listen 443 ssl http2;"):
+    for kept in ("keepalive 32;", "proxy_read_timeout 1d;", "proxy_buffering off;", "#   listen 443 ssl http2;"):
         assert kept in rendered
     assert deploy.render_site(site, "::1", 9000, [9001]).count("listen [::1]:9000;") == 1
     with pytest.raises(ValueError):
@@ -106,14 +108,17 @@ def test_without_nginx_it_says_how_to_install_it(settings: Any, monkeypatch: pyt
 
 
 @contextmanager
-def serving(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """`manage.py serve ARGS` on a fresh SQLite database, Redis and the simulated model;
-    stopped with Ctrl-C (SIGINT to its process group, as a terminal sends it) on the way out."""
+def serving(tmp_path: Path, port: int, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """`manage.py serve --port PORT ARGS` on a fresh SQLite database, Redis and the simulated
+    model; stopped with Ctrl-C (SIGINT to its process group, as a terminal sends it) on the way out."""
+    model_port = port
+    while port <= model_port <= port + 2:
+        model_port = free_port_run(1)
     env = {
         **os.environ,
         "REDIS_URL": require_redis(),
         "COLLAB_SQLITE_PATH": str(tmp_path / "serve.sqlite3"),
-        "COLLAB_LOCAL_MODEL_URL": f"http://127.0.0.1:{free_port()}/v1",
+        "COLLAB_LOCAL_MODEL_URL": f"http://127.0.0.1:{model_port}/v1",
         "PYTHONUNBUFFERED": "1",
     }
     for name in ("DATABASE_URL", "DJANGO_SECRET_KEY", "COLLAB_LLM_BASE_URL", "OPENAI_API_KEY", "COLLAB_PROVIDERS"):
@@ -121,7 +126,7 @@ def serving(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes
     log_path = tmp_path / "serve.log"
     with log_path.open("wb") as log:
         serve = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "serve", "--model", "simulated", *args],
+            [sys.executable, str(ROOT / "manage.py"), "serve", "--model", "simulated", "--port", str(port), *args],
             env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
@@ -155,7 +160,7 @@ def stop_with_ctrl_c(serve: subprocess.Popen[bytes]) -> list[psutil.Process]:
 def test_two_workers_without_a_proxy(tmp_path: Path) -> None:
     port = free_port_run(3)
     workers = [f"http://127.0.0.1:{port + 1}", f"http://127.0.0.1:{port + 2}"]
-    with serving(tmp_path, "--workers", "2", "--no-proxy", "--port", str(port)) as (serve, log):
+    with serving(tmp_path, port, "--workers", "2", "--no-proxy") as (serve, log):
         for url in workers:
             wait_http(f"{url}/healthz", serve)
         for url in workers:
@@ -191,7 +196,7 @@ def test_two_workers_behind_nginx(tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{port}"
     state = deploy.nginx_state_dir(port)
     try:
-        with serving(tmp_path, "--workers", "2", "--port", str(port)) as (serve, _log):
+        with serving(tmp_path, port, "--workers", "2") as (serve, _log):
             wait_http(f"{base}/healthz", serve)
             for p in (port + 1, port + 2):
                 with urllib.request.urlopen(f"http://127.0.0.1:{p}/healthz", timeout=5) as response:

@@ -4,6 +4,10 @@ Starts the model endpoint when none is configured (SmolLM2-135M-Instruct through
 llama.cpp, see collab/llm/local.py; or the simulated model with `--model simulated`),
 migrates, creates a demo account and room, starts Daphne, prints the address and login,
 and stops every process it started on Ctrl-C. A process of its own that dies ends it.
+
+`--workers N` (N >= 2) starts N Daphne processes on the ports after --port, sharing Redis
+(REDIS_URL, required) and the database, with nginx in front on --port configured from
+deploy/nginx.conf (or no proxy: `--no-proxy`). See collab/deploy.py and README "Deploying".
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -23,8 +28,10 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from collab.chat import services
+from collab import deploy
+from collab.chat.actions import providers, rooms
 from collab.chat.models import Room
+from collab.deploy import STAGE_MODEL, STAGE_PROXY, STAGE_WEB, Children
 from collab.llm import local
 
 DEMO_USER = "demo"
@@ -47,6 +54,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="Daphne processes. 1 (the default) serves on --port itself; N >= 2 listen on "
+            "127.0.0.1, ports --port+1 .. --port+N, behind nginx on --port, and need REDIS_URL",
+        )
+        parser.add_argument(
+            "--no-proxy",
+            action="store_true",
+            help="with --workers N: start the workers (on --host) without nginx, and print their addresses",
+        )
         parser.add_argument("--demo-password", default=os.environ.get("COLLAB_DEMO_PASSWORD", "collab-demo"))
         parser.add_argument(
             "--model",
@@ -57,51 +76,128 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        children: list[subprocess.Popen[bytes]] = []
-        self.names: dict[int, str] = {}  # pid -> what it is, for the message when one dies
-
-        def stop(*_: object) -> None:
-            for child in reversed(children):
-                if child.poll() is None:
-                    child.terminate()
-            for child in reversed(children):
-                try:
-                    child.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+        workers, no_proxy = opts["workers"], opts["no_proxy"]
+        if workers < 1:
+            raise CommandError("--workers must be 1 or more")
+        if no_proxy and workers == 1:
+            raise CommandError("--no-proxy goes with --workers N (N >= 2): one worker is served on --port itself")
+        nginx = self.check_workers(opts) if workers > 1 else None
+        children = Children()
 
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        signal.signal(signal.SIGHUP, lambda *_: sys.exit(0))
         try:
             self.start_model(children, opts["model"])
             self.stdout.write("Preparing the database ...")
             call_command("migrate", interactive=False, verbosity=0)
             self.demo(opts["demo_password"])
-            daphne = [
-                sys.executable, "-m", "daphne", "-b", opts["host"], "-p", str(opts["port"]),
-                # A socket left open a day must not be closed with 1000: htmx's ws
-                # extension does not reconnect after a normal close.
-                "--websocket_timeout", "-1",
-                "collab.asgi:application",
-            ]  # fmt: skip
-            children.append(subprocess.Popen(daphne))
-            self.names[children[-1].pid] = "Daphne"
-            url = f"http://{opts['host']}:{opts['port']}"
-            self.wait_for(f"{url}/healthz", children[-1], "Daphne")
+            if workers == 1:
+                url = self.start_one(children, opts["host"], opts["port"])
+            else:
+                url = self.start_many(children, opts, nginx)
             self.stdout.write(
                 self.style.SUCCESS(
-                    f"\ncollab is running at {url}/\n"
+                    f"{url}"
                     f"  log in as {DEMO_USER} / {opts['demo_password']}, open the room '{DEMO_ROOM}',\n"
                     f"  and write '@assistant what is 2+2?'.  Ctrl-C stops everything.\n"
                 )
             )
-            self.watch(children)
+            raise CommandError(f"{children.watch()}; stopping everything")
         except KeyboardInterrupt:
             self.stdout.write("\nstopping ...")
         finally:
-            stop()
+            if any(c.stage == STAGE_WEB and c.proc.poll() is None for c in children.all):
+                self.stdout.write(
+                    f"(Daphne finishes the replies in flight: up to {deploy.worker_stop_grace():.0f} s; "
+                    "Ctrl-C again to kill it)"
+                )
+            children.stop(self.stdout.write)
 
-    def start_model(self, children: list[subprocess.Popen[bytes]], model: str) -> None:
-        endpoint = services.default_endpoint_settings()
+    def start_one(self, children: Children, host: str, port: int) -> str:
+        """Today's `make run`: one Daphne on --port, no proxy."""
+        daphne = children.start(deploy.daphne_command(host, port), "Daphne", STAGE_WEB, deploy.worker_stop_grace())
+        url = f"http://{host}:{port}"
+        self.wait_for(f"{url}/healthz", daphne, "Daphne")
+        return f"\ncollab is running at {url}/\n"
+
+    def check_workers(self, opts: dict[str, Any]) -> str | None:
+        """Everything --workers N needs, checked before anything starts; the nginx binary."""
+        workers, host, port = opts["workers"], opts["host"], opts["port"]
+        if not settings.REDIS_URL:
+            raise CommandError(
+                f"--workers {workers} needs Redis: set REDIS_URL (e.g. REDIS_URL=redis://127.0.0.1:6379/0). "
+                "The in-memory channel layer lives inside one process: members on different "
+                "workers would not see each other's messages."
+            )
+        problem = deploy.redis_answers(settings.REDIS_URL)
+        if problem:
+            raise CommandError(f"Redis does not answer at {settings.REDIS_URL}: {problem}")
+        if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+            self.stdout.write(
+                self.style.WARNING(
+                    f"{workers} workers on SQLite ({settings.DATABASES['default']['NAME']}): it works on one "
+                    "machine (WAL, one write at a time), but PostgreSQL (DATABASE_URL) is the production choice."
+                )
+            )
+        nginx = None
+        if not opts["no_proxy"]:
+            nginx = deploy.find_nginx()
+            if nginx is None:
+                raise CommandError(deploy.NGINX_MISSING.format(n=workers))
+        wanted = [(host, port)] if nginx else []
+        wanted += [(self.worker_host(opts), p) for p in deploy.worker_ports(port, workers)]
+        for h, p in wanted:
+            if not deploy.port_free(h, p):
+                raise CommandError(f"port {p} on {h} is in use (an earlier serve?); choose another --port")
+        return nginx
+
+    @staticmethod
+    def worker_host(opts: dict[str, Any]) -> str:
+        # Behind nginx the workers listen on loopback only; alone, where --host says.
+        return str(opts["host"]) if opts["no_proxy"] else "127.0.0.1"
+
+    def start_many(self, children: Children, opts: dict[str, Any], nginx: str | None) -> str:
+        host, port, workers = opts["host"], opts["port"], opts["workers"]
+        worker_host = self.worker_host(opts)
+        ports = deploy.worker_ports(port, workers)
+        if not os.environ.get("DJANGO_SECRET_KEY"):
+            # Without one, each process draws its own random key, and a session made by
+            # one worker is "corrupted" for the others: every other request logs out.
+            os.environ["DJANGO_SECRET_KEY"] = settings.SECRET_KEY
+            self.stdout.write("DJANGO_SECRET_KEY is not set: the workers share a random key for this run.")
+        self.stdout.write(f"Starting {workers} Daphne workers on {worker_host}:{ports[0]}..{ports[-1]} ...")
+        started = [
+            children.start(
+                deploy.daphne_command(worker_host, p, behind_proxy=nginx is not None),
+                f"Daphne worker {i} (port {p})",
+                STAGE_WEB,
+                deploy.worker_stop_grace(),
+            )
+            for i, p in enumerate(ports, 1)
+        ]
+        urls = [f"http://{worker_host}:{p}" for p in ports]
+        for i, (proc, url) in enumerate(zip(started, urls, strict=True), 1):
+            self.wait_for(f"{url}/healthz", proc, f"Daphne worker {i}")
+        listed = "\n".join(f"    {url}/" for url in urls)
+        if nginx is None:
+            return f"\ncollab is running on {workers} Daphne workers (no proxy; deploy/nginx.conf is one):\n{listed}\n"
+        state = deploy.nginx_state_dir(port)
+        try:
+            conf = deploy.write_nginx_config(state, host, port, ports)
+        except ValueError as exc:
+            raise CommandError(f"{deploy.NGINX_SITE}: {exc}") from exc
+        self.stdout.write(f"Starting nginx on {host}:{port} ({conf}) ...")
+        proxy = children.start(deploy.nginx_command(nginx, conf), "nginx", STAGE_PROXY)
+        url = f"http://{host}:{port}"
+        self.wait_for(f"{url}/healthz", proxy, "nginx")
+        logs = Path(os.path.relpath(state, settings.BASE_DIR))
+        return (
+            f"\ncollab is running at {url}/  (nginx, logs in {logs}/)\n"
+            f"  in front of {workers} Daphne workers:\n{listed}\n"
+        )
+
+    def start_model(self, children: Children, model: str) -> None:
+        endpoint = providers.default_endpoint_settings()
         if endpoint["base_url"] != settings.COLLAB_LOCAL_MODEL_URL:
             self.stdout.write(f"Model endpoint: {endpoint['base_url']} (model {endpoint['default_model']})")
             return
@@ -117,9 +213,8 @@ class Command(BaseCommand):
                 sys.executable, "manage.py", "simulate_model", "--host", host, "--port", str(port),
                 "--tps", "80", "--ttft-ms", "150",
             ]  # fmt: skip
-            children.append(subprocess.Popen(command, cwd=settings.BASE_DIR))
-            self.names[children[-1].pid] = "the simulated model"
-            self.wait_for(models_url, children[-1], "the simulated model")
+            proc = children.start(command, "the simulated model", STAGE_MODEL, cwd=settings.BASE_DIR)
+            self.wait_for(models_url, proc, "the simulated model")
             return
         try:
             if not local.llama_installed():
@@ -129,8 +224,8 @@ class Command(BaseCommand):
                     "built, `make run MODEL=simulated` runs on the simulated model"
                 )
             child = local.start_server(host, port, log=self.stdout.write)
-            children.append(child)
-            self.names[child.pid] = f"the llama.cpp server ({local.MODEL_TITLE}; log {local.log_file(port)})"
+            name = f"the llama.cpp server ({local.MODEL_TITLE}; log {local.log_file(port)})"
+            children.add(child, name, STAGE_MODEL)
             self.stdout.write(f"Starting {local.MODEL_TITLE} (llama.cpp) on {host}:{port} ...")
             local.wait_ready(endpoint["base_url"], child, port)
         except local.LocalModelError as exc:
@@ -139,20 +234,6 @@ class Command(BaseCommand):
             f"Model endpoint: {endpoint['base_url']} ({local.MODEL_TITLE} through llama.cpp, "
             f"log in {local.log_file(port)})"
         )
-
-    def watch(self, children: list[subprocess.Popen[bytes]]) -> None:
-        """Block until one of the children exits (Ctrl-C interrupts the wait), then fail,
-        naming it: a dead model or Daphne leaves nothing worth keeping up."""
-        while True:
-            pid, status = os.wait()
-            child = next((c for c in children if c.pid == pid), None)
-            if child is None:
-                continue  # not one of ours
-            child.returncode = code = os.waitstatus_to_exitcode(status)
-            how = f"exited with code {code}"
-            if code < 0:
-                how = f"was killed by signal {-code} ({signal.strsignal(-code)})"
-            raise CommandError(f"{self.names.get(pid, 'a child process')} {how}; stopping everything")
 
     def wait_for(self, url: str, child: subprocess.Popen[bytes], what: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -171,6 +252,6 @@ class Command(BaseCommand):
             user.set_password(password)
             user.save(update_fields=["password"])
         if not Room.objects.filter(slug=DEMO_ROOM).exists():
-            services.create_room(user, "Demo", topic="Try @assistant here")
+            rooms.create_room(user, "Demo", topic="Try @assistant here")
         else:
-            services.ensure_default_assistant()
+            providers.ensure_default_assistant()
