@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
@@ -185,7 +185,17 @@ async def test_sigterm_drains_and_leaves_no_reply_streaming(cluster: Cluster) ->
         await a.post("@long @short both of you")
         await b.until(lambda t: len(t.assistant_replies()) == 2 and streaming_with_text(t, 20))
         p1.proc.send_signal(signal.SIGTERM)
+        refused = False
+        while not refused and p1.proc.poll() is None:  # new sockets are refused while it drains
+            try:
+                async with alice.open(p1):
+                    pass
+            except InvalidStatus as exc:
+                refused = exc.response.status_code == 403
+        assert refused
         await b.until(lambda t: all(r.final_attrs for r in t.assistant_replies().values()))
+        # alice's open socket on P1 still saw both replies end before P1 stopped
+        await a.until(lambda t: all(r.final_attrs for r in t.assistant_replies().values()))
         assert p1.proc.wait(30) == 0
     statuses = {r["author"]: r["status"] for r in cluster.replies().values()}
     assert statuses == {"SHORT": "done", "LONG": "interrupted"}  # the short one finished in the grace

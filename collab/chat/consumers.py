@@ -20,7 +20,7 @@ from collab.chat import metrics, rendering
 from collab.chat.actions import posting, replies, rooms, snapshot
 from collab.chat.errors import ClientError
 from collab.chat.events import MembershipEnded, RoomFrame, room_group, user_group
-from collab.chat.lifecycle import GROUP_CLOSE_CODE, runtime
+from collab.chat.lifecycle import runtime
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +37,13 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
         runtime.ensure_started()
+        if runtime.draining:  # shutting down: refuse the handshake; the page retries (another process)
+            await self.close()
+            return
         user = self.scope.get("user")
         slug = self.scope["url_route"]["kwargs"]["slug"]
         found = await database_sync_to_async(rooms.room_for_socket)(user, slug)
         await self.accept()
-        if runtime.draining:  # this process is shutting down: the page reconnects elsewhere
-            await self.close(code=GROUP_CLOSE_CODE)
-            return
         if found is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return

@@ -11,10 +11,11 @@ Started with the process's first socket (`ensure_started`):
   `streaming` in the database with no lease at all; it also drops dead sockets from
   presence and announces the member lists that changed.
 
-On SIGTERM (`drain`): refuse new sockets and new work, close the open sockets with
-1012 (pages reconnect, to another process behind the proxy), let running replies
-finish for COLLAB_DRAIN_S seconds, stop the rest as `interrupted` with their text,
-then stop the server. A second SIGTERM cuts the wait short.
+On SIGTERM or SIGINT (`drain`): refuse new sockets (at the handshake) and new actions,
+let running replies finish for COLLAB_DRAIN_S seconds while the open sockets still get
+their frames, stop the rest as `interrupted` with their text, mark this process's
+sockets offline, then stop the server: its sockets drop and the pages reconnect (to
+another process behind the proxy). A second signal cuts the wait short.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0  # well inside the shared state's 6 s leases: two beats may be missed
 SWEEP_S = 2.0  # a dead process's replies are interrupted within lease 6 s + this
 ORPHAN_GRACE_S = 15.0  # a `streaming` reply no process has leased for this long is an orphan
-GROUP_CLOSE_CODE = 1012  # "service restart": htmx's ws extension reconnects after it
 
 
 def _unleased_candidates(grace_s: float) -> list[int]:
@@ -149,7 +149,8 @@ class Runtime:
         reactor's own handler, which would stop at once and strand every running reply."""
         if "twisted.internet.reactor" not in sys.modules or not _is_main_thread():
             return
-        signal.signal(signal.SIGTERM, lambda *_: loop.call_soon_threadsafe(self._on_sigterm))
+        for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT: Ctrl-C in `make run` reaches Daphne too
+            signal.signal(signum, lambda *_: loop.call_soon_threadsafe(self._on_sigterm))
 
     def _on_sigterm(self) -> None:
         if self._drain is None:
@@ -169,9 +170,10 @@ class Runtime:
     async def drain(self, grace_s: float) -> None:
         self.draining = True
         log.warning("draining: %d replies running, %d sockets open", len(registry), len(self.sockets))
-        for _room, _user, consumer in list(self.sockets.values()):
-            with contextlib.suppress(Exception):
-                await consumer.close(code=GROUP_CLOSE_CODE)
+        # The sockets stay open meanwhile: their members see the running replies end. (A
+        # server may not send close code 1012 "service restart" (autobahn allows 1000 and
+        # 3000-4999), and after 1000 htmx's ws extension would not reconnect: the sockets
+        # drop when the server stops instead, and the pages reconnect.)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await registry.wait_idle()
@@ -184,6 +186,9 @@ class Runtime:
         log.warning("drained: %d replies stored as interrupted", len(left))
         for task in self._tasks:
             task.cancel()
+        for name, (room_id, user_id, _consumer) in list(self.sockets.items()):
+            with contextlib.suppress(Exception):  # else their presence expires by itself
+                await rooms.socket_closed(room_id, user_id, name)
 
 
 def start_with_server() -> None:
