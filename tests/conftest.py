@@ -92,7 +92,7 @@ def _use_layer(settings: Any, kind: str) -> None:
     Redis under a prefix of this test's own, or both in this process's memory."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
     settings.CHANNEL_LAYERS = {"default": _layer_config(kind, prefix)}
-    settings.COLLAB_SHARED_REDIS_URL = REDIS_URL if kind == "redis" else ""
+    settings.COLLAB_SHARED_REDIS_URL = settings.REDIS_URL = REDIS_URL if kind == "redis" else ""
     settings.COLLAB_REDIS_PREFIX = f"{prefix}:"
     channel_layers.backends.clear()
 

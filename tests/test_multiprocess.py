@@ -288,3 +288,25 @@ async def test_a_deployment_wide_cap_queues_across_processes(
     stored = cluster.replies()
     assert (stored[first]["status"], stored[second]["status"]) == ("stopped", "done")
     assert b.frames.replies[second].pieces > 0  # it streamed once the slot was free
+
+
+async def test_a_process_that_starts_finishes_what_a_dead_one_left(cluster: Cluster) -> None:
+    """No other process was running when P1 died: the next one to start interrupts its
+    reply by itself, before anyone connects to it."""
+    p1 = cluster.start("P1")
+    alice = await Browser.login(p1, "alice")
+    async with alice.open(p1) as a_ws:
+        a = Tab(a_ws)
+        await a.until(lambda t: t.frames.snapshots == 1)
+        await a.post("@long are you still there?")
+        await a.until(lambda t: streaming_with_text(t, 50))
+        seen, reply_id = the_reply(a).text, the_reply(a).id
+        p1.proc.send_signal(signal.SIGKILL)
+        p1.proc.wait(10)
+    cluster.start("P2")  # nobody connects to it
+    async with asyncio.timeout(30):
+        while (stored := cluster.replies()[reply_id])["status"] == "streaming":  # noqa: ASYNC110
+            # no socket may be opened on P2 (that would start its work too): the database is polled
+            await asyncio.sleep(0.5)
+    assert stored["status"] == "interrupted"
+    assert stored["text"].startswith(seen)

@@ -6,13 +6,17 @@ Frames are rendered once by the caller (rendering.py) and sent as they are.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 
-from collab.chat import metrics
+from collab.chat import metrics, shared
 from collab.chat.events import PROCESSES_GROUP, Control, RoomFrame, UserEvent, room_group, user_group
+
+log = logging.getLogger(__name__)
 
 
 def _layer() -> Any:
@@ -25,6 +29,41 @@ async def to_room(room_id: int, frame: RoomFrame) -> None:
     """One pre-rendered frame to every socket of a room, on every process."""
     metrics.FRAMES.labels(frame["kind"]).inc()
     await _layer().group_send(room_group(room_id), frame)
+
+
+async def piece_to_room(room_id: int, reply_id: int, text: str, frame: RoomFrame) -> None:
+    """A reply's piece: recorded in the shared state (its text so far), then sent to the
+    room, in that order (docs/architecture.md, "reconnects"). On the Redis pub/sub layer
+    with the shared state in the same Redis, both happen in one command: the channel
+    layer's own message, published by a script that first appends the text."""
+    metrics.FRAMES.labels(frame["kind"]).inc()
+    state = shared.backend()
+    target = _pubsub_target(room_id)
+    if target is not None and await state.append_and_publish(reply_id, text, target[0], target[1](frame)):
+        return
+    await state.append(reply_id, text)
+    await _layer().group_send(room_group(room_id), frame)
+
+
+def _pubsub_target(room_id: int) -> tuple[str, Any] | None:
+    """(the group's Redis channel, the layer's serializer) when one script may publish
+    for the channel layer: channels_redis's pub/sub layer on one Redis, the shared
+    state's. Else None (in-memory layer, list-based layer, shards, another Redis)."""
+    if not settings.COLLAB_SHARED_REDIS_URL or settings.COLLAB_SHARED_REDIS_URL != settings.REDIS_URL:
+        return None
+    layer = _layer()
+    try:
+        from channels_redis.pubsub import RedisPubSubChannelLayer
+
+        if not isinstance(layer, RedisPubSubChannelLayer):
+            return None
+        loop_layer = layer._get_layer()
+        if len(loop_layer._shards) != 1:
+            return None
+        return loop_layer._get_group_channel_name(room_group(room_id)), layer.serialize
+    except (ImportError, AttributeError):  # channels_redis changed: the two-step path still works
+        log.warning("channels_redis internals moved: pieces take two Redis commands", exc_info=True)
+        return None
 
 
 def to_room_sync(room_id: int, frame: RoomFrame) -> None:

@@ -199,7 +199,8 @@ def start_with_server() -> None:
         return
     from twisted.internet import reactor
 
-    reactor.callWhenRunning(runtime.ensure_started)  # type: ignore[attr-defined]
+    # "When running" fires just before the asyncio loop runs: start one turn later, inside it.
+    reactor.callWhenRunning(lambda: reactor.callLater(0, runtime.ensure_started))  # type: ignore[attr-defined]
 
 
 def _is_main_thread() -> bool:

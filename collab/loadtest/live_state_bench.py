@@ -43,11 +43,22 @@ async def pipelined_append_publish(r: aioredis.Redis, key: str, i: int, text: st
         await pipe.execute()
 
 
+_SCRIPT = "redis.call('APPEND', KEYS[1], ARGV[1]) return redis.call('PUBLISH', ARGV[2], ARGV[3])"
+
+
+async def scripted_append_publish(r: aioredis.Redis, key: str, i: int, text: str) -> None:
+    # What collab does (collab/chat/shared/redis.py): one command, in that order.
+    await r.evalsha(_sha, 1, key, text, key + ":ch", text)  # type: ignore[misc]
+
+
+_sha = ""
+
 WAYS: dict[str, Step] = {
     "PUBLISH only (no live state)": publish_only,
     "APPEND, then PUBLISH": append_then_publish,
     "XADD, then PUBLISH": xadd_then_publish,
     "APPEND + PUBLISH pipelined": pipelined_append_publish,
+    "APPEND + PUBLISH in one script": scripted_append_publish,
 }
 
 
@@ -80,7 +91,9 @@ async def _read(r: aioredis.Redis, chars: int, piece_chars: int, rounds: int = 3
 
 
 async def main(url: str, pieces: int, piece_chars: int) -> None:
+    global _sha
     r = aioredis.Redis.from_url(url)
+    _sha = await r.script_load(_SCRIPT)
     text = "w" * piece_chars
     print(f"{pieces} pieces of {piece_chars} characters, one after another, Redis {url}")
     print(f"{'way':32} {'wall us/piece':>14} {'client CPU us/piece':>20}")

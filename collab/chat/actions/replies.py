@@ -89,11 +89,9 @@ class RoomSink:
         reply_id = self.job.message_id
         # The shared text first, then the frame: a member who joins the room's group and
         # then reads the text gets every piece exactly once (consumers.RoomConsumer.floors).
-        await shared.backend().append(reply_id, text)
         html = rendering.frame_delta(reply_id, offset, text)
-        await broadcast.to_room(
-            self.job.room_id, {"type": "room.frame", "kind": "delta", "msg": reply_id, "offset": offset, "html": html}
-        )
+        frame: RoomFrame = {"type": "room.frame", "kind": "delta", "msg": reply_id, "offset": offset, "html": html}
+        await broadcast.piece_to_room(self.job.room_id, reply_id, text, frame)
 
     async def state(self, text: str) -> None:
         if not self.announced.is_set():  # a label for an article nobody has yet is lost

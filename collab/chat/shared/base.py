@@ -40,6 +40,11 @@ class SharedState(ABC):
         """A flushed piece, before it is broadcast: a member that reads the text after
         joining the room's group gets every piece either here or from the group."""
 
+    async def append_and_publish(self, reply_id: int, text: str, channel: str, payload: bytes) -> bool:
+        """`append`, then PUBLISH `payload` on `channel`, in one step where the backend can
+        (one Redis round trip); False when it cannot, and the caller publishes itself."""
+        return False
+
     @abstractmethod
     async def set_state(self, reply_id: int, state: str) -> None: ...
 

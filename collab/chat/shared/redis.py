@@ -62,6 +62,10 @@ return gone"""
 # KEYS[1] lease zset; ARGV[1] ttl, ARGV[2] member: a new lease.
 _LEASE = _NOW + "redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2]) return 0"
 
+# KEYS[1] the reply's text; ARGV text, channel, payload: a piece recorded, then published,
+# in one command (the order a snapshot on another process relies on, in one round trip).
+_APPEND_PUBLISH = "redis.call('APPEND', KEYS[1], ARGV[1]) return redis.call('PUBLISH', ARGV[2], ARGV[3])"
+
 # KEYS[1] room zset: the members whose deadline has not passed ("user:socket").
 ONLINE = _NOW + "return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')"
 
@@ -171,6 +175,7 @@ class RedisState(SharedState):
         self._sweep_presence = self.redis.register_script(_SWEEP_PRESENCE)
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._online = self.redis.register_script(ONLINE)
+        self._append_publish = self.redis.register_script(_APPEND_PUBLISH)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -191,6 +196,10 @@ class RedisState(SharedState):
 
     async def append(self, reply_id: int, text: str) -> None:
         await self.redis.append(self._r(reply_id) + ":t", text)
+
+    async def append_and_publish(self, reply_id: int, text: str, channel: str, payload: bytes) -> bool:
+        await self._append_publish(keys=[self._r(reply_id) + ":t"], args=[text, channel, payload])
+        return True
 
     async def set_state(self, reply_id: int, state: str) -> None:
         await self.redis.hset(self._r(reply_id), "state", state)
