@@ -200,7 +200,7 @@ def start_with_server() -> None:
     from twisted.internet import reactor
 
     # "When running" fires just before the asyncio loop runs: start one turn later, inside it.
-    reactor.callWhenRunning(lambda: reactor.callLater(0, runtime.ensure_started))  # type: ignore[attr-defined]
+    reactor.callWhenRunning(lambda: reactor.callLater(0, runtime.ensure_started))  # type: ignore[attr-defined,arg-type]
 
 
 def _is_main_thread() -> bool:
