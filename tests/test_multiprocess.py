@@ -68,6 +68,14 @@ async def two(cluster: Cluster) -> AsyncIterator[tuple[Cluster, Browser, Browser
     yield cluster, alice, bob
 
 
+async def opened(*sockets: Any) -> list[Tab]:
+    """Tabs on these sockets, each past its snapshot frame."""
+    tabs = [Tab(ws) for ws in sockets]
+    for tab in tabs:
+        await tab.until(lambda t: t.frames.snapshots == 1)
+    return tabs
+
+
 def streaming_with_text(tab: Tab, at_least: int = 1) -> bool:
     return any(r.status == "streaming" and len(r.text) >= at_least for r in tab.assistant_replies().values())
 
@@ -81,9 +89,7 @@ async def test_members_on_both_processes_see_the_pieces_live(two: tuple[Cluster,
     cluster, alice, bob = two
     p1, p2 = cluster.processes
     async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
-        a, b = Tab(a_ws), Tab(b_ws)
-        await a.until(lambda t: t.frames.snapshots == 1)
-        await b.until(lambda t: t.frames.snapshots == 1)
+        a, b = await opened(a_ws, b_ws)
         await a.post("@short hello from P1")
         for tab in (a, b):
             await tab.until(lambda t: any(r.final_attrs for r in t.assistant_replies().values()))
@@ -102,13 +108,11 @@ async def test_joining_on_the_other_process_mid_reply_resumes_without_gap(
     cluster, alice, bob = two
     p1, p2 = cluster.processes
     async with alice.open(p1) as a_ws:
-        a = Tab(a_ws)
-        await a.until(lambda t: t.frames.snapshots == 1)
+        (a,) = await opened(a_ws)
         await a.post("@long tell me everything")
         await a.until(lambda t: streaming_with_text(t, 200))
         async with bob.open(p2) as b_ws:
-            b = Tab(b_ws)
-            await b.until(lambda t: t.frames.snapshots == 1)
+            (b,) = await opened(b_ws)
             reply = the_reply(b)
             resumed_at = len(reply.text)
             assert reply.status == "streaming" and resumed_at >= 200  # data-length L > 0, with the text so far
@@ -130,9 +134,7 @@ async def test_stop_from_the_other_process_closes_the_upstream(
     p1, p2 = cluster.processes
     app = sim[1]
     async with alice.open(p1) as on_p1, alice.open(p2) as on_p2:
-        a1, a2 = Tab(on_p1), Tab(on_p2)
-        await a1.until(lambda t: t.frames.snapshots == 1)
-        await a2.until(lambda t: t.frames.snapshots == 1)
+        a1, a2 = await opened(on_p1, on_p2)
         await a1.post("@long a long answer, please")  # the reply runs on P1
         await a2.until(lambda t: streaming_with_text(t, 50))
         disconnects = app.stats.disconnects
@@ -152,9 +154,7 @@ async def test_kill_9_of_the_generating_process_interrupts_its_replies(two: tupl
     cluster, alice, bob = two
     p1, p2 = cluster.processes
     async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
-        a, b = Tab(a_ws), Tab(b_ws)
-        await a.until(lambda t: t.frames.snapshots == 1)
-        await b.until(lambda t: t.frames.snapshots == 1)
+        a, b = await opened(a_ws, b_ws)
         await a.post("@long keep going")
         await b.until(lambda t: streaming_with_text(t, 100))
         seen = the_reply(b).text
@@ -169,8 +169,7 @@ async def test_kill_9_of_the_generating_process_interrupts_its_replies(two: tupl
     assert stored["status"] == "interrupted"
     assert stored["text"].startswith(seen) and len(stored["text"]) >= len(reply.text[: reply.piece_times[-1][0]])
     async with bob.open(p2) as fresh_ws:  # a fresh connection shows it ended, too
-        fresh = Tab(fresh_ws)
-        await fresh.until(lambda t: t.frames.snapshots == 1)
+        (fresh,) = await opened(fresh_ws)
         assert the_reply(fresh).status == "interrupted"
 
 
@@ -179,9 +178,7 @@ async def test_sigterm_drains_and_leaves_no_reply_streaming(cluster: Cluster) ->
     p2 = cluster.start("P2")
     alice, bob = await Browser.login(p1, "alice"), await Browser.login(p2, "bob")
     async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
-        a, b = Tab(a_ws), Tab(b_ws)
-        await a.until(lambda t: t.frames.snapshots == 1)
-        await b.until(lambda t: t.frames.snapshots == 1)
+        a, b = await opened(a_ws, b_ws)
         await a.post("@long @short both of you")
         await b.until(lambda t: len(t.assistant_replies()) == 2 and streaming_with_text(t, 20))
         p1.proc.send_signal(signal.SIGTERM)
@@ -208,9 +205,7 @@ async def test_a_burst_over_both_processes_is_limited_as_one(two: tuple[Cluster,
     cluster, alice, _ = two
     p1, p2 = cluster.processes
     async with alice.open(p1) as on_p1, alice.open(p2) as on_p2:
-        tabs = [Tab(on_p1), Tab(on_p2)]
-        for tab in tabs:
-            await tab.until(lambda t: t.frames.snapshots == 1)
+        tabs = await opened(on_p1, on_p2)
         for i in range(12):  # burst 8 per member and room; no refill during the test
             await tabs[i % 2].post(f"message {i}")
         limited = lambda t: sum(1 for code, _ in t.frames.errors if code == "rate.limited")  # noqa: E731
@@ -224,17 +219,15 @@ async def test_presence_across_processes(two: tuple[Cluster, Browser, Browser]) 
     cluster, alice, bob = two
     p1, p2 = cluster.processes
     async with alice.open(p1) as a_ws:
-        a = Tab(a_ws)
-        await a.until(lambda t: t.frames.snapshots == 1)
+        (a,) = await opened(a_ws)
         assert a.members == {"alice": True, "bob": False}
         async with bob.open(p2) as b_ws:
-            b = Tab(b_ws)
-            await b.until(lambda t: t.frames.snapshots == 1)
+            (b,) = await opened(b_ws)
             assert b.members == {"alice": True, "bob": True}  # alice is on the other process
             await a.until(lambda t: t.members.get("bob") is True)
         await a.until(lambda t: t.members.get("bob") is False)  # bob closed his tab
         async with bob.open(p2) as b_ws:
-            await Tab(b_ws).until(lambda t: t.frames.snapshots == 1)
+            await opened(b_ws)
             await a.until(lambda t: t.members.get("bob") is True)
             p2.proc.send_signal(signal.SIGKILL)  # bob's process dies: nobody says goodbye
             killed = time.monotonic()
@@ -248,8 +241,7 @@ async def test_removing_a_member_closes_their_socket_on_the_other_process(
     cluster, alice, bob = two
     p1, p2 = cluster.processes
     async with bob.open(p2) as b_ws:
-        b = Tab(b_ws)
-        await b.until(lambda t: t.frames.snapshots == 1)
+        (b,) = await opened(b_ws)
         status = await asyncio.to_thread(
             alice.submit, p1, "/r/lab/settings/", {"op": "remove_member", "username": "bob"}
         )
@@ -269,9 +261,7 @@ async def test_a_deployment_wide_cap_queues_across_processes(
         "shell", "-c", "from collab.chat.models import Provider; Provider.objects.update(deployment_max_concurrency=1)"
     )
     async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
-        a, b = Tab(a_ws), Tab(b_ws)
-        await a.until(lambda t: t.frames.snapshots == 1)
-        await b.until(lambda t: t.frames.snapshots == 1)
+        a, b = await opened(a_ws, b_ws)
         await a.post("@long first, on P1")
         await a.until(lambda t: streaming_with_text(t, 20))
         await b.post("@short second, on P2: waits for the first")
@@ -296,8 +286,7 @@ async def test_a_process_that_starts_finishes_what_a_dead_one_left(cluster: Clus
     p1 = cluster.start("P1")
     alice = await Browser.login(p1, "alice")
     async with alice.open(p1) as a_ws:
-        a = Tab(a_ws)
-        await a.until(lambda t: t.frames.snapshots == 1)
+        (a,) = await opened(a_ws)
         await a.post("@long are you still there?")
         await a.until(lambda t: streaming_with_text(t, 50))
         seen, reply_id = the_reply(a).text, the_reply(a).id

@@ -24,6 +24,7 @@ from collab.chat.models import Message, Provider
 from collab.llm import LLMError
 from collab.llm.client import aclose_clients
 from collab.llm.pool import ProviderConfig, pool_for, stream_reply
+from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
 from tests.conftest import World, all_final, make_assistant, member
 
@@ -149,17 +150,20 @@ async def test_replies_beyond_the_cap_queue_in_order_and_show_it(world: World) -
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("layer", "replies_idle")
-async def test_the_deployment_wide_cap_queues_first_come_first_served(world: World) -> None:
+async def test_the_deployment_wide_cap_queues_first_come_first_served(
+    world: World, sim: tuple[str, SimulatorApp]
+) -> None:
     """`deployment_max_concurrency` is kept in the shared state (Redis, or this process
-    alone): with no per-process cap, the cap of 1 still runs the replies one at a time."""
+    alone): with no per-process cap, the cap of 1 still sends the model one request at a
+    time, and the waiting reply shows it is queued."""
     world.provider.deployment_max_concurrency = 1
     await database_sync_to_async(world.provider.save)()
+    sim[1].stats.peak_active = 0
     async with member(world.alice) as alice:
         await alice.post("@a @b one at a time, across the deployment")
         await alice.until(lambda f: all_final(f, 2))
     assert sum(1 for frame in alice.raw if 'class="state"' in frame and "queued" in frame) == 1
-    first, second = sorted((r for r in alice.frames.replies.values() if r.role == "assistant"), key=lambda r: r.seq)
-    assert second.first_piece_at is not None and second.first_piece_at >= first.piece_times[-1][1]
+    assert sim[1].stats.peak_active == 1
     stored = await database_sync_to_async(list)(Message.objects.filter(role="assistant"))
     assert [m.status for m in stored] == ["done", "done"]
 

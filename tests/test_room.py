@@ -232,6 +232,47 @@ async def test_stop_keeps_partial_text(world: World) -> None:
     assert alice.frames.replies[reply_id].text == reply.text
 
 
+async def test_stop_all_stops_every_reply_of_the_room(world: World) -> None:
+    from collab.chat.actions import replies
+
+    await slow(world, "a")
+    await slow(world, "b")
+    async with member(world.alice) as alice:
+        await alice.post("@a @b both of you, at length")
+        await alice.until(lambda f: sum(1 for r in f.replies.values() if r.role == "assistant" and r.pieces) == 2)
+        await replies.stop_all(world.room.pk)
+        await alice.until(lambda f: all_final(f, 2))
+    statuses = await database_sync_to_async(list)(
+        Message.objects.filter(role="assistant").values_list("status", flat=True)
+    )
+    assert statuses == ["stopped", "stopped"]
+
+
+async def test_a_reply_ended_elsewhere_takes_no_more_pieces_from_its_owner(world: World) -> None:
+    """An owner that stalled past its lease while another process interrupted its reply
+    (here: interrupt() called beside the running reply) adds nothing after the final
+    article, and does not overwrite the stored outcome."""
+    from collab.chat.actions import replies
+    from collab.chat.generation import registry
+
+    await slow(world)
+    async with member(world.alice) as alice:
+        await alice.post("@a keep talking")
+        await alice.until(lambda f: any(r.pieces >= 2 for r in f.replies.values() if r.role == "assistant"))
+        reply_id = reply_ids(alice.frames)[0]
+        owner = registry.get(reply_id)
+        assert owner is not None and owner.task is not None
+        await replies.interrupt(reply_id)
+        await alice.until(lambda f: bool(f.replies[reply_id].final_attrs))
+        pieces = alice.frames.replies[reply_id].pieces
+        await owner.task  # the owner runs to its end meanwhile
+        await alice.assert_silent()
+    assert alice.frames.replies[reply_id].pieces == pieces
+    stored = await database_sync_to_async(Message.objects.get)(pk=reply_id)
+    assert stored.status == "interrupted"
+    assert alice.frames.replies[reply_id].final_attrs["data-status"] == "interrupted"
+
+
 async def test_regenerate_adds_a_new_reply(world: World) -> None:
     async with member(world.bob) as bob:
         await bob.post("@b first")

@@ -53,19 +53,23 @@ class RoomConsumer(AsyncWebsocketConsumer):
         # Online before joining the group: the others are told, and this socket's own
         # member list (read below) already shows it.
         runtime.socket_opened(self.channel_name, self.room_id, self.user_id, self)
-        await rooms.socket_opened(self.room_id, self.user_id, self.channel_name)
-        # Join before reading the snapshot: every frame sent from now on is queued for
-        # this socket, and `floors` drops the ones the snapshot already holds.
-        await self.channel_layer.group_add(room_group(self.room_id), self.channel_name)
-        await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
-        messages_html, members_html, self.floors = await snapshot.snapshot(self.room_id, room_slug)
-        await self.send(text_data=messages_html + members_html)
+        try:
+            await rooms.socket_opened(self.room_id, self.user_id, self.channel_name)
+            # Join before reading the snapshot: every frame sent from now on is queued for
+            # this socket, and `floors` drops the ones the snapshot already holds.
+            await self.channel_layer.group_add(room_group(self.room_id), self.channel_name)
+            await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
+            messages_html, members_html, self.floors = await snapshot.snapshot(self.room_id, room_slug)
+            await self.send(text_data=messages_html + members_html)
+        except BaseException:  # Channels calls no disconnect() after a failed connect()
+            await self.disconnect(1011)
+            raise
         self._worker = asyncio.get_running_loop().create_task(self._work())
 
     async def disconnect(self, code: int) -> None:
         if self._worker is not None:
             self._inbox.put_nowait(None)  # actions already sent still run, then the worker ends
-        if self.room_id is not None and self.user_id is not None:
+        if self.room_id is not None and self.user_id is not None and self.channel_name in runtime.sockets:
             metrics.SOCKETS.dec()
             runtime.socket_closed(self.channel_name)
             await self.channel_layer.group_discard(room_group(self.room_id), self.channel_name)
@@ -115,6 +119,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def _work(self) -> None:
         """This socket's actions, one at a time, in the order they were sent."""
         while (text_data := await self._inbox.get()) is not None:
+            runtime.action_started()
             try:
                 await self._act(text_data)
             except ClientError as exc:
@@ -122,6 +127,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
             except Exception:
                 log.exception("action failed in room %s", self.room_id)
                 await self._tell(rendering.frame_error("server.error", "Something went wrong; try again."))
+            finally:
+                runtime.action_ended()
 
     async def _tell(self, html: str) -> None:
         try:

@@ -141,6 +141,7 @@ class LiveReply:
     job: ReplyJob
     sink: Sink
     stop_reason: str = ""
+    finishing: bool = False  # its outcome is being stored: a stop no longer cancels it
     task: asyncio.Task[None] | None = None
     parts: list[str] = field(default_factory=list)  # every token's text, in order
 
@@ -206,6 +207,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         log.exception("reply %s crashed", job.message_id)
         status, error = "failed", "internal error"
     finally:
+        live.finishing = True
         await _finish(live, coalescer, status, error, started, first_at, chunks, usage)
 
 
@@ -274,11 +276,13 @@ class Registry:
         return [i for i, live in self._live.items() if live.job.room_id == room_id]
 
     def stop(self, message_id: int, reason: str = "stopped") -> bool:
+        """Cancel a running reply; True if it runs here (one already finishing just ends)."""
         live = self._live.get(message_id)
         if live is None or live.task is None or live.task.done():
             return False
-        live.stop_reason = reason
-        live.task.cancel()
+        if not live.finishing:
+            live.stop_reason = reason
+            live.task.cancel()
         return True
 
     def __len__(self) -> int:

@@ -78,6 +78,9 @@ class Runtime:
     def __init__(self) -> None:
         self.enabled = bool(settings.COLLAB["BACKGROUND"])
         self.draining = False
+        self._actions = 0  # socket actions under way (a post may be about to start replies)
+        self._no_actions = asyncio.Event()
+        self._no_actions.set()
         self.sockets: dict[str, tuple[int, int, Any]] = {}  # channel name -> (room, user, consumer)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -120,7 +123,9 @@ class Runtime:
             try:
                 state = shared.backend()
                 await state.renew_leases(registry.ids())
-                await state.renew_presence((room, user, name) for name, (room, user, _) in self.sockets.items())
+                sockets = [(room, user, name) for name, (room, user, _) in self.sockets.items()]
+                for room_id in await state.renew_presence(sockets):
+                    await rooms.announce_members(room_id)
                 await state.renew_slots(deployment_slots.held)
             except Exception:
                 log.warning("heartbeat failed", exc_info=True)
@@ -135,6 +140,15 @@ class Runtime:
             await asyncio.sleep(SWEEP_S)
 
     # --- sockets --------------------------------------------------------------------------------
+
+    def action_started(self) -> None:
+        self._actions += 1
+        self._no_actions.clear()
+
+    def action_ended(self) -> None:
+        self._actions -= 1
+        if not self._actions:
+            self._no_actions.set()
 
     def socket_opened(self, channel_name: str, room_id: int, user_id: int, consumer: Any) -> None:
         self.sockets[channel_name] = (room_id, user_id, consumer)
@@ -174,6 +188,9 @@ class Runtime:
         # server may not send close code 1012 "service restart" (autobahn allows 1000 and
         # 3000-4999), and after 1000 htmx's ws extension would not reconnect: the sockets
         # drop when the server stops instead, and the pages reconnect.)
+        with contextlib.suppress(TimeoutError):  # actions under way first: a post may start replies
+            async with asyncio.timeout(grace_s):
+                await self._no_actions.wait()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_s):
                 await registry.wait_idle()
@@ -186,9 +203,11 @@ class Runtime:
         log.warning("drained: %d replies stored as interrupted", len(left))
         for task in self._tasks:
             task.cancel()
-        for name, (room_id, user_id, _consumer) in list(self.sockets.items()):
-            with contextlib.suppress(Exception):  # else their presence expires by itself
-                await rooms.socket_closed(room_id, user_id, name)
+        with contextlib.suppress(TimeoutError):  # else their presence expires by itself
+            async with asyncio.timeout(5):
+                for name, (room_id, user_id, _consumer) in list(self.sockets.items()):
+                    with contextlib.suppress(Exception):
+                        await rooms.socket_closed(room_id, user_id, name)
 
 
 def start_with_server() -> None:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from collab.llm.client import ChatMessage, Endpoint, LLMError, Usage, stream_chat
+
+log = logging.getLogger(__name__)
 
 # Failures that say nothing about the endpoint's health: moving on would not help.
 _NOT_ENDPOINT_FAULTS = {"quota", "auth", "bad_request", "config"}
@@ -93,9 +96,9 @@ class Pool:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
-        if on_queued is not None:
-            await on_queued(len(self.waiters))
         try:
+            if on_queued is not None:
+                await on_queued(len(self.waiters))
             await waiter  # release() hands its slot straight to the first waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
@@ -188,4 +191,7 @@ async def stream_reply(
     finally:
         pool.release()
         if token and slots is not None:
-            await asyncio.shield(slots.release(config.name, token))
+            try:
+                await asyncio.shield(slots.release(config.name, token))
+            except Exception:  # the slot's lease frees it by itself; the reply is not at fault
+                log.warning("could not release a %s slot", config.name, exc_info=True)

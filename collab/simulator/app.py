@@ -109,6 +109,7 @@ class Stats:
     writes: int = 0
     disconnects: int = 0
     drops: int = 0
+    peak_active: int = 0  # the most completions served at once (reset it to measure a span)
 
 
 @dataclasses.dataclass
@@ -361,6 +362,7 @@ class SimulatorApp:
 
         stop = asyncio.Event()
         self._stops.add(stop)
+        self.stats.peak_active = max(self.stats.peak_active, len(self._stops))
         if self._shutting_down:
             stop.set()
         watcher = asyncio.create_task(self._watch_disconnect(receive, stop))

@@ -107,10 +107,12 @@ class RoomSink:
             log.warning("could not show state %r of reply %s", text, reply_id, exc_info=True)
 
     async def finish(self, outcome: Outcome) -> None:
-        """Store the reply's final text, status and metrics, then send its article whole."""
-        html = await sync_to_async(render_markdown, thread_sensitive=False)(outcome.text) if outcome.text else ""
-        message = await database_sync_to_async(_store_outcome)(self.job, outcome, html)
+        """Store the reply's final text, status and metrics, then send its article whole
+        (never before the article was announced: a final for an unknown article is lost)."""
         try:
+            html = await sync_to_async(render_markdown, thread_sensitive=False)(outcome.text) if outcome.text else ""
+            message = await database_sync_to_async(_store_outcome)(self.job, outcome, html)
+            await self.announced.wait()
             if message is not None:
                 await _send_final(message)
         finally:
@@ -263,16 +265,18 @@ def _store_interrupted(reply_id: int, text: str | None, status: str, error: str,
 async def interrupt(reply_id: int, *, status: str = Message.Status.INTERRUPTED, error: str = "") -> None:
     """End a reply that no process runs any more (a dead owner, an expired lease) with
     the text it had streamed, and send its article whole; idempotent across processes
-    (only a reply still `streaming` changes; any other is re-sent as stored)."""
+    (only a reply still `streaming` changes; any other is re-sent as stored).
+
+    Ended in the shared state first: an owner that was only stalled can add no piece
+    after the text read here (shared.ReplyEnded), and is told to stop."""
     state = shared.backend()
+    await state.end(reply_id)
+    await broadcast.to_processes({"type": "reply.stop", "message_id": reply_id, "reason": "interrupted"})
     view = (await state.read([reply_id])).get(reply_id)
     text = view.text if view is not None else None
     html = await sync_to_async(render_markdown, thread_sensitive=False)(text) if text else ""
     if status == Message.Status.INTERRUPTED and not error:
         error = "interrupted: the server running this reply stopped"
     message = await database_sync_to_async(_store_interrupted)(reply_id, text, status, error, html)
-    try:
-        if message is not None:
-            await _send_final(message)
-    finally:
-        await state.end(reply_id)
+    if message is not None:
+        await _send_final(message)

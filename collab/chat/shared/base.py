@@ -14,6 +14,11 @@ SLOT_TTL_S = 6.0  # a deployment-wide provider slot of a dead process frees itse
 OnQueued = Callable[[int], Awaitable[None]]
 
 
+class ReplyEnded(Exception):
+    """A piece for a reply that another process has already ended (its owner stalled past
+    its lease): it is not recorded or sent; the owner stops."""
+
+
 @dataclass(frozen=True)
 class LiveView:
     """A live reply as any process sees it.
@@ -42,7 +47,8 @@ class SharedState(ABC):
 
     async def append_and_publish(self, reply_id: int, text: str, channel: str, payload: bytes) -> bool:
         """`append`, then PUBLISH `payload` on `channel`, in one step where the backend can
-        (one Redis round trip); False when it cannot, and the caller publishes itself."""
+        (one Redis round trip); False when it cannot, and the caller publishes itself.
+        Raises ReplyEnded if another process has ended the reply meanwhile."""
         return False
 
     @abstractmethod
@@ -86,8 +92,9 @@ class SharedState(ABC):
         """A socket closed. True when the room's online list changed."""
 
     @abstractmethod
-    async def renew_presence(self, sockets: Iterable[tuple[int, int, str]]) -> None:
-        """This process's heartbeat for its open sockets: (room, user, socket)."""
+    async def renew_presence(self, sockets: Iterable[tuple[int, int, str]]) -> list[int]:
+        """This process's heartbeat for its open sockets: (room, user, socket). Returns the
+        rooms where a socket had to be added back (its online list changed)."""
 
     @abstractmethod
     async def online(self, room_id: int) -> set[int]:

@@ -12,7 +12,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from collab.chat.shared.base import KEEP_ENDED_S, LiveView, OnQueued, SharedState
+from collab.chat.shared.base import KEEP_ENDED_S, LiveView, OnQueued, ReplyEnded, SharedState
 
 
 @dataclass
@@ -43,6 +43,8 @@ class MemoryState(SharedState):
 
     async def append(self, reply_id: int, text: str) -> None:
         live = self._live.get(reply_id)
+        if live is not None and live.ended:
+            raise ReplyEnded(reply_id)
         if live is not None:
             live.parts.append(text)
 
@@ -101,8 +103,8 @@ class MemoryState(SharedState):
             return False
         return user_id not in sockets.values()
 
-    async def renew_presence(self, sockets: Iterable[tuple[int, int, str]]) -> None:
-        return None
+    async def renew_presence(self, sockets: Iterable[tuple[int, int, str]]) -> list[int]:
+        return []
 
     async def online(self, room_id: int) -> set[int]:
         return set(self._sockets.get(room_id, {}).values())
@@ -119,9 +121,9 @@ class MemoryState(SharedState):
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         slots.waiters.append((token, waiter))
-        if on_queued is not None:
-            await on_queued(len(slots.waiters))
         try:
+            if on_queued is not None:
+                await on_queued(len(slots.waiters))
             await waiter  # release_slot hands its slot straight over
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():

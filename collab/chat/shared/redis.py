@@ -29,6 +29,7 @@ from collab.chat.shared.base import (
     SLOT_TTL_S,
     LiveView,
     OnQueued,
+    ReplyEnded,
     SharedState,
 )
 
@@ -49,6 +50,16 @@ return 0"""
 # too busy to renew them (it still runs those replies).
 _RENEW_LEASES = _RENEW.replace("'XX', ", "")
 
+# The same for presence, returning how many sockets it had to add back (a sweep dropped
+# them while their process was too busy to renew): the room's online list changed.
+_RENEW_PRESENCE = (
+    _NOW
+    + """
+local added = 0
+for i = 2, #ARGV do added = added + redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[i]) end
+return added"""
+)
+
 # KEYS[1] zset: take out the members whose deadline has passed, and return them (the
 # caller alone now owns each: two processes sweeping at once never share one).
 _EXPIRED = (
@@ -62,9 +73,13 @@ return gone"""
 # KEYS[1] lease zset; ARGV[1] ttl, ARGV[2] member: a new lease.
 _LEASE = _NOW + "redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2]) return 0"
 
-# KEYS[1] the reply's text; ARGV text, channel, payload: a piece recorded, then published,
-# in one command (the order a snapshot on another process relies on, in one round trip).
-_APPEND_PUBLISH = "redis.call('APPEND', KEYS[1], ARGV[1]) return redis.call('PUBLISH', ARGV[2], ARGV[3])"
+# KEYS[1] the reply's text, KEYS[2] its hash; ARGV text, channel, payload: a piece recorded,
+# then published, in one command (the order a snapshot on another process relies on, in one
+# round trip); -1, and nothing done, once the reply has been ended (by another process).
+_APPEND_PUBLISH = """
+if redis.call('HEXISTS', KEYS[2], 'ended') == 1 then return -1 end
+redis.call('APPEND', KEYS[1], ARGV[1])
+return redis.call('PUBLISH', ARGV[2], ARGV[3])"""
 
 # KEYS[1] room zset: the members whose deadline has not passed ("user:socket").
 ONLINE = _NOW + "return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')"
@@ -167,6 +182,7 @@ class RedisState(SharedState):
         self.p = prefix
         self._renew = self.redis.register_script(_RENEW)
         self._renew_leases = self.redis.register_script(_RENEW_LEASES)
+        self._renew_presence = self.redis.register_script(_RENEW_PRESENCE)
         self._expired = self.redis.register_script(_EXPIRED)
         self._lease = self.redis.register_script(_LEASE)
         self._take = self.redis.register_script(_TAKE)
@@ -198,7 +214,9 @@ class RedisState(SharedState):
         await self.redis.append(self._r(reply_id) + ":t", text)
 
     async def append_and_publish(self, reply_id: int, text: str, channel: str, payload: bytes) -> bool:
-        await self._append_publish(keys=[self._r(reply_id) + ":t"], args=[text, channel, payload])
+        key = self._r(reply_id)
+        if int(await self._append_publish(keys=[key + ":t", key], args=[text, channel, payload])) < 0:
+            raise ReplyEnded(reply_id)
         return True
 
     async def set_state(self, reply_id: int, state: str) -> None:
@@ -257,16 +275,18 @@ class RedisState(SharedState):
         keys = [f"{self.p}pr:{room_id}"]
         return bool(await self._leave(keys=keys, args=[f"{user_id}:{socket}", f"{user_id}:"]))
 
-    async def renew_presence(self, sockets: Iterable[tuple[int, int, str]]) -> None:
+    async def renew_presence(self, sockets: Iterable[tuple[int, int, str]]) -> list[int]:
         by_room: dict[int, list[str]] = {}
         for room_id, user_id, socket in sockets:
             by_room.setdefault(room_id, []).append(f"{user_id}:{socket}")
         if not by_room:
-            return
+            return []
         async with self.redis.pipeline(transaction=False) as pipe:
             for room_id, members in by_room.items():
-                await self._renew(keys=[f"{self.p}pr:{room_id}"], args=[PRESENCE_TTL_S, *members], client=pipe)
-            await pipe.execute()
+                keys = [f"{self.p}pr:{room_id}"]
+                await self._renew_presence(keys=keys, args=[PRESENCE_TTL_S, *members], client=pipe)
+            added = await pipe.execute()
+        return [room_id for room_id, n in zip(by_room, added, strict=True) if n]
 
     async def online(self, room_id: int) -> set[int]:
         return user_ids(await self._online(keys=[f"{self.p}pr:{room_id}"]))
