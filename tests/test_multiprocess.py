@@ -299,3 +299,23 @@ async def test_a_process_that_starts_finishes_what_a_dead_one_left(cluster: Clus
             await asyncio.sleep(0.5)
     assert stored["status"] == "interrupted"
     assert stored["text"].startswith(seen)
+
+
+async def test_health_checks_leave_no_subscription_behind(cluster: Cluster) -> None:
+    import urllib.request
+
+    import redis
+
+    p1 = cluster.start("P1")
+    client = redis.Redis.from_url(cluster.env["REDIS_URL"])
+    pattern = cluster.env["COLLAB_REDIS_PREFIX"] + "*"
+
+    def health(times: int) -> None:
+        for _ in range(times):
+            with urllib.request.urlopen(p1.url + "/healthz", timeout=5) as response:
+                assert response.status == 200
+
+    await asyncio.to_thread(health, 3)
+    before = len(client.pubsub_channels(pattern))
+    await asyncio.to_thread(health, 100)
+    assert len(client.pubsub_channels(pattern)) == before

@@ -103,6 +103,10 @@ async def test_repeated_client_id_posts_once(world: World) -> None:
         ({"text": "hi", "client_id": "not-a-uuid"}, "message.invalid_client_id"),
         ({"action": "dance"}, "action.unknown"),
         ({"action": "stop", "message_id": "x"}, "message.invalid_id"),
+        ({"action": "stop", "message_id": "²"}, "message.invalid_id"),  # a digit to str.isdigit, not to int()
+        ({"action": "stop", "message_id": True}, "message.invalid_id"),
+        ({"text": "nul \x00 inside"}, "message.invalid_text"),
+        ({"text": "lone \ud800 surrogate"}, "message.invalid_text"),
         ({"action": "stop", "message_id": 999999}, "message.not_found"),
     ],
 )

@@ -39,6 +39,24 @@ def test_signup_logs_in(client: Client) -> None:
     assert client.get("/").status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("next_url", "lands_on"),
+    [("https://evil.example/phish", "/"), ("//evil.example/x", "/"), ("/r/somewhere/", "/r/somewhere/")],
+)
+def test_signup_follows_next_only_on_this_site(client: Client, next_url: str, lands_on: str) -> None:
+    response = client.post(
+        f"/accounts/signup/?next={next_url}",
+        {"username": "newbie", "password1": "a-long-pass-123", "password2": "a-long-pass-123"},
+    )
+    assert response.status_code == 302 and response["Location"] == lands_on
+
+
+@pytest.mark.parametrize("method", ["head", "put", "delete", "patch"])
+def test_the_rooms_page_answers_other_methods_with_405(client: Client, alice: User, method: str) -> None:
+    client.force_login(alice)
+    assert getattr(client, method)("/").status_code == 405
+
+
 def test_login_page_and_post(client: Client, alice: User) -> None:
     assert client.get("/accounts/login/").status_code == 200
     response = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice-123"})

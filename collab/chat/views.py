@@ -19,6 +19,7 @@ from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -36,7 +37,9 @@ def signup(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         user = form.save()
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        return redirect(request.GET.get("next") or "rooms")
+        wanted = request.GET.get("next", "")
+        safe = url_has_allowed_host_and_scheme(wanted, {request.get_host()}, require_https=request.is_secure())
+        return redirect(wanted if wanted and safe else "rooms")  # never off this site
     return render(request, "registration/signup.html", {"form": form})
 
 
@@ -46,12 +49,12 @@ class RoomForm(forms.Form):
     reply_to_all = forms.BooleanField(required=False, label="Assistants reply to every message")
 
 
-@require_http_methods(["GET", "POST"])
 def _user(request: HttpRequest) -> User:
     assert isinstance(request.user, User)  # LoginRequiredMiddleware ran first
     return request.user
 
 
+@require_http_methods(["GET", "POST"])
 def rooms(request: HttpRequest) -> HttpResponse:
     form = RoomForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -194,11 +197,16 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
+_health_channels: dict[int, str] = {}  # one per layer: a new channel per call stays subscribed (a leak)
+
+
 async def _layer_answers() -> bool:
     layer = get_channel_layer()
     if layer is None:
         return False
-    channel = await layer.new_channel()
+    channel = _health_channels.get(id(layer))
+    if channel is None:
+        channel = _health_channels[id(layer)] = await layer.new_channel()
     await layer.send(channel, {"type": "health.ping"})
     async with asyncio.timeout(2):
         message = await layer.receive(channel)

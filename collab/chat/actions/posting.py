@@ -21,6 +21,7 @@ from collab.chat.errors import ClientError
 from collab.chat.markup import render_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # NUL (PostgreSQL refuses it) and lone surrogates (not UTF-8)
 MENTION_RE = re.compile(r"(?<![\w@])@([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
 
 
@@ -37,6 +38,8 @@ def check_post(text: object, client_id: object) -> tuple[str, uuid.UUID | None]:
     text = text.strip()
     if not text:
         raise ClientError("message.empty", "An empty message was not sent.")
+    if _UNSTORABLE.search(text):
+        raise ClientError("message.invalid_text", "That message holds a NUL or a broken character; nothing was sent.")
     limit = settings.COLLAB["MAX_MESSAGE_CHARS"]
     if len(text) > limit:
         raise ClientError("message.too_long", f"A message is at most {limit:,} characters; this one has {len(text):,}.")

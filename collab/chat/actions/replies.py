@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -30,6 +31,8 @@ from collab.chat.markup import render_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
 
 log = logging.getLogger(__name__)
+
+_DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII digits only: "²".isdigit() is True, and int("²") fails
 
 __all__ = ["ReplyJob", "RoomSink", "interrupt", "regenerate_reply", "start_and_announce", "stop_reply"]
 
@@ -178,7 +181,7 @@ async def start_and_announce(jobs: list[ReplyJob], room_id: int, frame: RoomFram
 
 
 def _reply_in_room(user_id: int, room_id: int, message_id: object) -> tuple[Message, Membership]:
-    if not isinstance(message_id, int | str) or not str(message_id).isdigit():
+    if isinstance(message_id, bool) or not isinstance(message_id, int | str) or not _DIGITS.fullmatch(str(message_id)):
         raise ClientError("message.invalid_id", "message_id must be a message number.")
     membership = Membership.objects.filter(room_id=room_id, user_id=user_id).first()
     if membership is None:
