@@ -52,7 +52,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
         metrics.SOCKETS.inc()
         # Online before joining the group: the others are told, and this socket's own
         # member list (read below) already shows it.
-        runtime.socket_opened(self.channel_name, self.room_id, self.user_id, self)
+        runtime.socket_opened(self.channel_name, self.room_id, self.user_id)
         try:
             await rooms.socket_opened(self.room_id, self.user_id, self.channel_name)
             # Join before reading the snapshot: every frame sent from now on is queued for

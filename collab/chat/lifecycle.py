@@ -81,7 +81,7 @@ class Runtime:
         self._actions = 0  # socket actions under way (a post may be about to start replies)
         self._no_actions = asyncio.Event()
         self._no_actions.set()
-        self.sockets: dict[str, tuple[int, int, Any]] = {}  # channel name -> (room, user, consumer)
+        self.sockets: dict[str, tuple[int, int]] = {}  # this process's sockets: channel name -> (room, user)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._drain: asyncio.Task[None] | None = None
@@ -123,7 +123,7 @@ class Runtime:
             try:
                 state = shared.backend()
                 await state.renew_leases(registry.ids())
-                sockets = [(room, user, name) for name, (room, user, _) in self.sockets.items()]
+                sockets = [(room, user, name) for name, (room, user) in self.sockets.items()]
                 for room_id in await state.renew_presence(sockets):
                     await rooms.announce_members(room_id)
                 await state.renew_slots(deployment_slots.held)
@@ -150,8 +150,8 @@ class Runtime:
         if not self._actions:
             self._no_actions.set()
 
-    def socket_opened(self, channel_name: str, room_id: int, user_id: int, consumer: Any) -> None:
-        self.sockets[channel_name] = (room_id, user_id, consumer)
+    def socket_opened(self, channel_name: str, room_id: int, user_id: int) -> None:
+        self.sockets[channel_name] = (room_id, user_id)
 
     def socket_closed(self, channel_name: str) -> None:
         self.sockets.pop(channel_name, None)
@@ -205,7 +205,7 @@ class Runtime:
             task.cancel()
         with contextlib.suppress(TimeoutError):  # else their presence expires by itself
             async with asyncio.timeout(5):
-                for name, (room_id, user_id, _consumer) in list(self.sockets.items()):
+                for name, (room_id, user_id) in list(self.sockets.items()):
                     with contextlib.suppress(Exception):
                         await rooms.socket_closed(room_id, user_id, name)
 
