@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -162,6 +163,23 @@ http {{
     include {state}/site.conf;
 }}
 """
+
+
+def local_secret_key(state_dir: Path) -> str:
+    """The secret key `make run` signs sessions with when DJANGO_SECRET_KEY is not set:
+    made once and kept in the local state folder (never in the repository, readable by
+    its owner only), so a restart logs nobody out."""
+    path = state_dir / "secret_key"
+    if path.exists():
+        key = path.read_text().strip()
+        if len(key) >= 50:
+            return key
+    state_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return key
 
 
 def nginx_state_dir(port: int) -> Path:

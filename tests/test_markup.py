@@ -72,3 +72,18 @@ def test_code_is_highlighted_and_kept_safe() -> None:
 def test_unknown_language_is_escaped_plain() -> None:
     html = render_markdown("```nosuchlang\n<b>x</b>\n```")
     assert "&lt;b&gt;x&lt;/b&gt;" in html
+
+
+@pytest.mark.parametrize(
+    "src", ["https://evil.example/x.png?leak=room+text", "http://evil.example/a.png", "//evil.example/b.png"]
+)
+def test_a_remote_image_is_a_link_never_loaded(src: str) -> None:
+    """No third-party request without a click: a remote image would be a beacon."""
+    out = render_markdown(f"look ![the chart]({src})")
+    assert "<img" not in out
+    assert 'href="' in out and "the chart</a>" in out
+
+
+def test_an_image_from_this_site_is_shown() -> None:
+    out = render_markdown("![logo](/static/collab/logo.png)")
+    assert '<img src="/static/collab/logo.png" alt="logo">' in out

@@ -222,3 +222,13 @@ def test_two_workers_behind_nginx(tmp_path: Path) -> None:
         assert not any(listening(port + i) for i in (0, 1, 2))
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+def test_the_local_secret_key_is_made_once_and_kept_private(tmp_path: Path) -> None:
+    """`make run` without DJANGO_SECRET_KEY: a restart finds the same key, so nobody is
+    logged out; the file is its owner's alone."""
+    first = deploy.local_secret_key(tmp_path / "state")
+    assert deploy.local_secret_key(tmp_path / "state") == first
+    assert len(first) >= 50
+    assert (tmp_path / "state" / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert deploy.local_secret_key(tmp_path / "other") != first

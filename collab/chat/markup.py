@@ -8,6 +8,7 @@ Fenced code is highlighted by Pygments into <span class> markup that nh3 keeps.
 from __future__ import annotations
 
 import html as html_lib
+from typing import Any
 
 import nh3
 from markdown_it import MarkdownIt
@@ -30,6 +31,21 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
 
 
 _md = MarkdownIt("js-default", {"highlight": _highlight, "linkify": False, "typographer": False}).enable("table")
+
+
+def _image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    """An image from this site is shown; any other becomes a link to it. A remote image
+    would load in every member's browser with no click: a beacon, and a way for a
+    prompt-injected model to leak room text in its URL."""
+    token = tokens[idx]
+    src = str(token.attrGet("src") or "")
+    alt = self.renderInlineAsText(token.children or [], options, env)
+    if src.startswith("/") and not src.startswith("//"):
+        return f'<img src="{html_lib.escape(src)}" alt="{html_lib.escape(alt)}">'
+    return f'<a href="{html_lib.escape(src)}">{html_lib.escape(alt or "image")}</a>'
+
+
+_md.add_render_rule("image", _image)
 
 _TAGS = {
     "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "s", "code", "pre",

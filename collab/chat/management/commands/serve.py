@@ -86,6 +86,14 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGHUP, lambda *_: sys.exit(0))
+        if not os.environ.get("DJANGO_SECRET_KEY"):
+            # Without one, each process would draw its own random key: every restart would
+            # log everyone out, and a session made by one worker is "corrupted" for another.
+            state = Path(os.environ.get("COLLAB_STATE_DIR") or settings.BASE_DIR / ".cache")
+            os.environ["DJANGO_SECRET_KEY"] = deploy.local_secret_key(state)
+            self.stdout.write(
+                f"Sessions are signed with the key kept in {state / 'secret_key'} (DJANGO_SECRET_KEY unset)."
+            )
         try:
             self.start_model(children, opts["model"])
             self.stdout.write("Preparing the database ...")
@@ -160,11 +168,6 @@ class Command(BaseCommand):
         host, port, workers = opts["host"], opts["port"], opts["workers"]
         worker_host = self.worker_host(opts)
         ports = deploy.worker_ports(port, workers)
-        if not os.environ.get("DJANGO_SECRET_KEY"):
-            # Without one, each process draws its own random key, and a session made by
-            # one worker is "corrupted" for the others: every other request logs out.
-            os.environ["DJANGO_SECRET_KEY"] = settings.SECRET_KEY
-            self.stdout.write("DJANGO_SECRET_KEY is not set: the workers share a random key for this run.")
         self.stdout.write(f"Starting {workers} Daphne workers on {worker_host}:{ports[0]}..{ports[-1]} ...")
         started = [
             children.start(
