@@ -217,7 +217,7 @@ class Member:
 
 @contextlib.asynccontextmanager
 async def connected(
-    user: User | None, slug: str, origin: bytes | None = b"http://localhost"
+    user: User | None, slug: str, origin: bytes | None = b"http://localhost", cookie: str | None = None
 ) -> AsyncIterator[tuple[bool, int | None, Member]]:
     from collab.asgi import application
 
@@ -225,7 +225,7 @@ async def connected(
     if origin is not None:
         headers.append((b"origin", origin))
     if user is not None:
-        cookie = await sync_to_async(session_cookie)(user)
+        cookie = cookie or await sync_to_async(session_cookie)(user)
         headers.append((b"cookie", f"sessionid={cookie}".encode()))
     comm = WebsocketCommunicator(application, f"/ws/rooms/{slug}/", headers=headers)
     ok, code = await comm.connect()

@@ -301,6 +301,25 @@ async def test_leaving_closes_the_members_sockets(world: World) -> None:
         assert (await bob.comm.receive_output(timeout=2))["code"] == 4403
 
 
+async def test_logging_out_closes_that_sessions_sockets_only(world: World) -> None:
+    from django.test import Client
+
+    from tests.conftest import session_cookie
+
+    cookie = await database_sync_to_async(session_cookie)(world.bob)
+    async with connected(world.bob, "lab", cookie=cookie) as (ok, _code, tab), member(world.bob) as other_browser:
+        assert ok
+        await tab.until(lambda f: f.snapshots == 1)
+        browser = Client()
+        browser.cookies["sessionid"] = cookie
+        response = await database_sync_to_async(browser.post)("/accounts/logout/")
+        assert response.status_code == 302
+        await tab.until(lambda f: bool(f.errors))
+        assert tab.frames.errors[-1][0] == "session.ended"
+        assert (await tab.comm.receive_output(timeout=2))["code"] == 4403
+        await other_browser.assert_silent()  # bob's other session stays open
+
+
 async def test_concurrent_posts_get_distinct_increasing_seqs(world: World) -> None:
     async with member(world.alice) as alice, member(world.bob) as bob:
         for i in range(6):

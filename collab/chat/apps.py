@@ -5,3 +5,6 @@ class ChatConfig(AppConfig):
     name = "collab.chat"
     label = "chat"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from collab.chat.actions import sessions  # noqa: F401 (connects its signal receiver)

@@ -19,7 +19,7 @@ from django.conf import settings
 from collab.chat import metrics, rendering
 from collab.chat.actions import posting, replies, rooms, snapshot
 from collab.chat.errors import ClientError
-from collab.chat.events import MembershipEnded, RoomFrame, room_group, user_group
+from collab.chat.events import MembershipEnded, RoomFrame, SessionEnded, room_group, user_group
 from collab.chat.lifecycle import runtime
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,12 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 elif kind == "new" or event.get("offset", 0) < floors[msg]:
                     return
         await self.send(text_data=event["html"])
+
+    async def session_ended(self, event: SessionEnded) -> None:
+        session = self.scope.get("session")
+        if session is not None and event["session_key"] == session.session_key:
+            await self.send(text_data=rendering.frame_error("session.ended", "You have logged out."))
+            await self.close(code=CLOSE_FORBIDDEN)
 
     async def membership_ended(self, event: MembershipEnded) -> None:
         if event["room_id"] == self.room_id:

@@ -39,7 +39,14 @@ class MembershipEnded(TypedDict):
     reason: str
 
 
-UserEvent = MembershipEnded
+class SessionEnded(TypedDict):
+    """The user logged out of this session: its sockets close."""
+
+    type: Literal["session.ended"]
+    session_key: str
+
+
+UserEvent = MembershipEnded | SessionEnded
 
 
 class ReplyStop(TypedDict):
