@@ -7,6 +7,7 @@ import socket
 
 import pytest
 from channels.db import database_sync_to_async
+from django.core.exceptions import ValidationError
 
 from collab.chat.models import Assistant, Message, Provider
 from tests.conftest import World, all_final, make_assistant, member, reply_ids
@@ -101,11 +102,33 @@ async def test_total_timeout(world: World) -> None:
 
 
 async def test_missing_api_key_variable_is_a_clear_failure(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("COLLAB_TEST_ABSENT_KEY", raising=False)
-    await assistant_on(world, "keyed", api_key_env="COLLAB_TEST_ABSENT_KEY")
+    monkeypatch.delenv("COLLAB_KEY_TEST_ABSENT", raising=False)
+    await assistant_on(world, "keyed", api_key_env="COLLAB_KEY_TEST_ABSENT")
     async with member(world.alice) as alice:
         await alice.post("@keyed hi")
         await alice.until(lambda f: all_final(f, 1))
     reply = await database_sync_to_async(Message.objects.get)(role="assistant")
     assert reply.status == "failed"
-    assert "COLLAB_TEST_ABSENT_KEY is not set" in reply.error
+    assert "COLLAB_KEY_TEST_ABSENT is not set" in reply.error
+
+
+async def test_a_key_variable_the_operator_did_not_allow_is_never_read(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider saved around the admin's check (an old row, say) pointing at Django's
+    secret key fails with a clear error; the secret never leaves the process."""
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "the-real-secret")
+    await assistant_on(world, "sneaky", api_key_env="DJANGO_SECRET_KEY")
+    async with member(world.alice) as alice:
+        await alice.post("@sneaky hi")
+        await alice.until(lambda f: all_final(f, 1))
+    reply = await database_sync_to_async(Message.objects.get)(role="assistant")
+    assert reply.status == "failed"
+    assert "DJANGO_SECRET_KEY is not an allowed key variable" in reply.error
+    with pytest.raises(ValidationError) as refused:
+        await database_sync_to_async(
+            Provider(name="x", base_url="http://h/v1", api_key_env="DJANGO_SECRET_KEY").clean
+        )()
+    assert "api_key_env" in refused.value.message_dict
+    for allowed in ("COLLAB_KEY_GROQ", "OPENAI_API_KEY", ""):
+        await database_sync_to_async(Provider(name="y", base_url="http://h/v1", api_key_env=allowed).clean)()

@@ -240,16 +240,16 @@ SECRET = "sk-test-THIS-MUST-NEVER-LEAK-0123456789"
 async def test_api_key_never_appears_in_logs_pages_or_database(
     world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv("COLLAB_TEST_SECRET_KEY", SECRET)
+    monkeypatch.setenv("COLLAB_KEY_TEST_SECRET", SECRET)
     caplog.set_level(logging.DEBUG)  # the SDK and HTTP client at their most talkative
     with running_simulator_app(tps=400, ttft_ms=5, reply_tokens=20, api_key=SECRET) as (url, _app):
         keyed = await database_sync_to_async(Provider.objects.create)(
-            name="keyed", base_url=url, default_model="sim", api_key_env="COLLAB_TEST_SECRET_KEY", max_retries=0
+            name="keyed", base_url=url, default_model="sim", api_key_env="COLLAB_KEY_TEST_SECRET", max_retries=0
         )
         wrong = await database_sync_to_async(Provider.objects.create)(
-            name="wrong", base_url=url, default_model="sim", api_key_env="COLLAB_TEST_WRONG_KEY", max_retries=0
+            name="wrong", base_url=url, default_model="sim", api_key_env="COLLAB_KEY_TEST_WRONG", max_retries=0
         )
-        monkeypatch.setenv("COLLAB_TEST_WRONG_KEY", SECRET + "-wrong")
+        monkeypatch.setenv("COLLAB_KEY_TEST_WRONG", SECRET + "-wrong")
         for provider, handle in ((keyed, "keyed"), (wrong, "wrong")):
             a = await database_sync_to_async(make_assistant)(provider, handle)
             await database_sync_to_async(world.room.assistants.add)(a)
@@ -277,7 +277,7 @@ async def test_api_key_never_appears_in_logs_pages_or_database(
         return out.getvalue() + "".join(pages)
 
     everything = await database_sync_to_async(pages_and_dump)()
-    assert "COLLAB_TEST_SECRET_KEY" in everything  # the variable's name is shown ...
+    assert "COLLAB_KEY_TEST_SECRET" in everything  # the variable's name is shown ...
     leaks = [r.getMessage() for r in caplog.records if SECRET in r.getMessage()]
     assert leaks == []
     assert SECRET not in everything  # ... its value never

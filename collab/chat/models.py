@@ -35,7 +35,9 @@ class Provider(models.Model):
         max_length=128,
         blank=True,
         validators=[env_name_validator],
-        help_text="Name of the environment variable that holds the key (blank: no key).",
+        help_text="Name of the environment variable that holds the key (blank: no key). Allowed: names "
+        "starting with COLLAB_KEY_, those the operator lists in COLLAB_KEY_VARIABLES, OPENAI_API_KEY, "
+        "COLLAB_LLM_API_KEY and the key variables of providers declared in the environment; never DJANGO_*.",
     )
     default_model = models.CharField(max_length=200)
     connect_timeout_s = models.FloatField(default=5.0, validators=[MinValueValidator(0.1)])
@@ -86,6 +88,15 @@ class Provider(models.Model):
         return [self.base_url, *[u for u in extra if u != self.base_url]]
 
     def clean(self) -> None:
+        from collab.chat.actions.providers import key_variable_allowed
+
+        if not key_variable_allowed(self.api_key_env):
+            raise ValidationError(
+                {
+                    "api_key_env": f"{self.api_key_env} is not an allowed key variable: name it COLLAB_KEY_..., or "
+                    "have the operator list it in COLLAB_KEY_VARIABLES."
+                }
+            )
         for url in self.extra_base_urls.splitlines():
             if url.strip():
                 try:

@@ -33,6 +33,7 @@ class Endpoint:
     read_timeout_s: float = 30.0
     total_timeout_s: float = 300.0
     max_retries: int = 2
+    key_allowed: bool = True  # False: the operator did not allow this variable (never read)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ _clients: dict[tuple[int, Endpoint, str], openai.AsyncOpenAI] = {}
 def _api_key(endpoint: Endpoint) -> str:
     if not endpoint.api_key_env:
         return "no-key"  # local servers ignore it; the SDK insists on a value
+    if not endpoint.key_allowed:
+        raise LLMError("config", f"{endpoint.api_key_env} is not an allowed key variable (README: provider keys)")
     key = os.environ.get(endpoint.api_key_env, "")
     if not key:
         # The variable's name is safe to show; its value never is.

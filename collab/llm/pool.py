@@ -41,6 +41,7 @@ class ProviderConfig:
     max_concurrency: int = 0  # 0: no cap (per server process)
     unhealthy_s: float = 30.0
     deployment_max_concurrency: int = 0  # 0: no cap (all server processes together)
+    key_allowed: bool = True
 
     def endpoint(self, base_url: str) -> Endpoint:
         return Endpoint(
@@ -50,6 +51,7 @@ class ProviderConfig:
             read_timeout_s=self.read_timeout_s,
             total_timeout_s=self.total_timeout_s,
             max_retries=self.max_retries,
+            key_allowed=self.key_allowed,
         )
 
 

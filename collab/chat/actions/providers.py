@@ -5,6 +5,7 @@ the model client sees it, prices, and the deployment-wide concurrency cap.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -128,6 +129,29 @@ def ensure_default_assistant() -> Assistant:
     return assistant
 
 
+KEY_PREFIX = "COLLAB_KEY_"
+
+
+def allowed_key_variables() -> set[str]:
+    """The variables a provider may take its key from, besides any named COLLAB_KEY_*: the
+    ones collab names itself, those listed in COLLAB_KEY_VARIABLES, and the key variables
+    of the providers declared in the environment. An operator allows a name; staff
+    editing a provider cannot point it at another secret of the process."""
+    names = {"COLLAB_LLM_API_KEY", "OPENAI_API_KEY"}
+    names |= {n.strip() for n in os.environ.get("COLLAB_KEY_VARIABLES", "").split(",") if n.strip()}
+    with contextlib.suppress(ImproperlyConfigured):  # reported where the providers are created
+        names |= {v["api_key_env"] for v in env_providers().values() if v["api_key_env"]}
+    return names
+
+
+def key_variable_allowed(name: str) -> bool:
+    if not name:
+        return True
+    if name.startswith("DJANGO_"):  # Django's own secrets, whatever the list says
+        return False
+    return name.startswith(KEY_PREFIX) or name in allowed_key_variables()
+
+
 def provider_config(provider: Provider) -> ProviderConfig:
     return ProviderConfig(
         name=provider.name,
@@ -140,6 +164,7 @@ def provider_config(provider: Provider) -> ProviderConfig:
         max_concurrency=provider.max_concurrency,
         unhealthy_s=provider.unhealthy_s,
         deployment_max_concurrency=provider.deployment_max_concurrency,
+        key_allowed=key_variable_allowed(provider.api_key_env),
     )
 
 
