@@ -7,6 +7,7 @@ default model endpoint described in WIRE.md. See README.md "Configuration".
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "axes",
     "collab.chat",
     "collab.simulator",
     "collab.loadtest",
@@ -67,6 +69,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
 ROOT_URLCONF = "collab.urls"
@@ -153,6 +156,17 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords, one address
+# waits AXES_COOLOFF_TIME, for that account and for all. Never the account alone: a
+# stranger elsewhere cannot lock the real user out. The client address is REMOTE_ADDR
+# (Daphne sets it from X-Forwarded-For behind the proxy, `--proxy-headers`).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("COLLAB_LOGIN_FAILURES", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("COLLAB_LOGIN_COOLOFF_MIN", 10))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", ["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+AXES_VERBOSE = False
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 SESSION_COOKIE_SECURE = env("COLLAB_SECURE_COOKIES") == "1"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -213,3 +215,21 @@ def test_metrics_need_staff_or_token(client: Client, logged_in: Client, monkeypa
     body = response.content.decode()
     for name in ("collab_replies_total", "collab_frames_total", "collab_sockets_open", "collab_reply_ttft_seconds"):
         assert name in body
+
+
+def test_login_is_throttled_per_address_without_locking_the_user_out(
+    client: Client, alice: User, settings: Any
+) -> None:
+    settings.AXES_FAILURE_LIMIT = 3
+    wrong = {"username": "alice", "password": "not-her-password"}
+    answers = [client.post("/accounts/login/", wrong, REMOTE_ADDR="192.0.2.7").status_code for _ in range(4)]
+    assert answers[:2] == [200, 200]  # the form again, with its error
+    assert answers[3] == 429
+    locked = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice-123"}, REMOTE_ADDR="192.0.2.7")
+    assert locked.status_code == 429 and b'data-code="login.throttled"' in locked.content
+    # the real user, elsewhere, is not locked out
+    elsewhere = Client()
+    ok = elsewhere.post(
+        "/accounts/login/", {"username": "alice", "password": "pw-alice-123"}, REMOTE_ADDR="198.51.100.4"
+    )
+    assert ok.status_code == 302 and "sessionid" in ok.cookies
