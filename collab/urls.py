@@ -1,12 +1,14 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
+from django.views.decorators.http import require_http_methods
 
 from collab.chat import views
 
 urlpatterns = [
     path("", views.rooms, name="rooms"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    # PUT would be a POST to Django's FormView: only the methods a browser uses.
+    path("accounts/login/", require_http_methods(["GET", "POST"])(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
     path("r/<slug:slug>/", views.room, name="room"),

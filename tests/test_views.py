@@ -59,6 +59,25 @@ def test_the_rooms_page_answers_other_methods_with_405(client: Client, alice: Us
     assert getattr(client, method)("/").status_code == 405
 
 
+def test_every_page_answers_a_wrong_method_with_405(client: Client, alice: User) -> None:
+    room = rooms.create_room(alice, "Methods")
+    client.force_login(alice)
+    pages = [
+        "/",
+        "/accounts/signup/",
+        f"/r/{room.slug}/",
+        f"/r/{room.slug}/older/?before=1",
+        f"/r/{room.slug}/leave/",
+        f"/r/{room.slug}/settings/",
+        f"/join/{room.invite_token}/",
+        "/healthz",
+        "/metrics",
+        "/accounts/login/",
+    ]
+    answers = {url: client.put(url).status_code for url in pages}
+    assert answers == dict.fromkeys(pages, 405)
+
+
 def test_login_page_and_post(client: Client, alice: User) -> None:
     assert client.get("/accounts/login/").status_code == 200
     response = client.post("/accounts/login/", {"username": "alice", "password": "pw-alice-123"})
