@@ -17,6 +17,7 @@ from collab.chat import metrics, shared
 from collab.chat.events import PROCESSES_GROUP, Control, RoomFrame, UserEvent, room_group, user_group
 
 log = logging.getLogger(__name__)
+_warned = False  # _pubsub_target fell back (said once)
 
 
 def _layer() -> Any:
@@ -62,7 +63,10 @@ def _pubsub_target(room_id: int) -> tuple[str, Any] | None:
             return None
         return loop_layer._get_group_channel_name(room_group(room_id)), layer.serialize
     except (ImportError, AttributeError):  # channels_redis changed: the two-step path still works
-        log.warning("channels_redis internals moved: pieces take two Redis commands", exc_info=True)
+        global _warned
+        if not _warned:  # once, not once per piece
+            _warned = True
+            log.warning("channels_redis internals moved: pieces take two Redis commands", exc_info=True)
         return None
 
 
