@@ -8,18 +8,17 @@ in a task of their own, so the socket keeps forwarding frames meanwhile.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 
 from collab.chat import metrics, rendering
 from collab.chat.actions import posting, replies, rooms, snapshot
 from collab.chat.errors import ClientError
 from collab.chat.events import MembershipEnded, RoomFrame, SessionEnded, room_group, user_group
+from collab.chat.frames import parse_frame
 from collab.chat.lifecycle import runtime
 
 log = logging.getLogger(__name__)
@@ -144,19 +143,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def _act(self, text_data: str) -> None:
         assert self.room_id is not None and self.user_id is not None
-        if not text_data:
-            raise ClientError("frame.malformed", "Send JSON text frames.")
-        if len(text_data) > settings.COLLAB["MAX_FRAME_BYTES"]:
-            raise ClientError("frame.too_large", "That frame is too large.")
-        try:
-            content = json.loads(text_data)
-        except ValueError:
-            raise ClientError("frame.malformed", "That frame is not valid JSON.") from None
-        if not isinstance(content, dict):
-            raise ClientError("frame.malformed", "A frame is a JSON object.")
+        action, content = parse_frame(text_data)
         if runtime.draining:
             raise ClientError("server.restarting", "The server is restarting; your page will reconnect.")
-        action = content.get("action") or "post"
         if action == "post":
             result = await posting.post_message(
                 self.user_id, self.room_id, content.get("text"), content.get("client_id")
@@ -172,5 +161,3 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"))
         elif action == "regenerate":
             await replies.regenerate_reply(self.user_id, self.room_id, content.get("message_id"))
-        else:
-            raise ClientError("action.unknown", f"Unknown action {str(action)[:40]!r}.")
