@@ -9,6 +9,7 @@ the machine is.
 
 from __future__ import annotations
 
+import html
 import json
 import random
 import socket
@@ -23,8 +24,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from collab.loadtest.config import RunConfig
+from collab.loadtest.frames import Frames, not_escaped
 from collab.loadtest.report import LATENCY_KEYS, REPORT_KEYS, knee_of, passes, summary, table
-from collab.loadtest.room import RoomRun
+from collab.loadtest.room import Post, RoomRun
 from collab.loadtest.sampler import Counters, Sampler, level_resources
 from collab.loadtest.stats import Collector, Histogram, percentiles
 from collab.loadtest.wire import parse_frame, words_of_html, words_of_text
@@ -105,6 +107,142 @@ def test_parse_frames() -> None:
         b'<div id="errors" hx-swap-oob="beforeend"><p class="error" data-code="rate.limited">Slow</p></div>'
     )
     assert error.kind == "error" and error.errors == [("rate.limited", "Slow")]
+
+
+# --- the integrity checkers, fed faults on purpose -----------------------------------------------
+#
+# Both checkers (frames.Frames, what the tests read the wire with; room.RoomRun, the load
+# generator's) are fed the same reply as synthetic frames: once cleanly, and once each
+# with one fault, and must count exactly the characters of that fault.
+
+PIECES = ["Tom & Jerry ", "say <hi> ", "to you ", "and me."]
+REPLY = "".join(PIECES)
+STARTS = [sum(len(p) for p in PIECES[:i]) for i in range(len(PIECES))]
+OVERLAP = 3  # the overlapping piece repeats the last 3 characters of piece 1
+FINAL_BODY = "<p>Tom &amp; Jerry say &lt;hi&gt; to you and me.</p>"
+
+
+def delta_frame(index: int, escape: bool = True) -> str:
+    text = PIECES[index]
+    return (
+        f'<div id="msg-9-body" hx-swap-oob="beforeend" data-offset="{STARTS[index]}">'
+        f"{html.escape(text) if escape else text}</div>"
+    )
+
+
+def overlap_frame() -> str:
+    """Piece 2, starting OVERLAP characters early (it repeats the end of piece 1)."""
+    offset = STARTS[2] - OVERLAP
+    text = html.escape(REPLY[offset : STARTS[3]])
+    return f'<div id="msg-9-body" hx-swap-oob="beforeend" data-offset="{offset}">{text}</div>'
+
+
+# (stream of frames, (lost, duplicated, out of order) in characters)
+STREAMS: dict[str, tuple[list[str], tuple[int, int, int]]] = {
+    "clean": ([delta_frame(i) for i in (0, 1, 2, 3)], (0, 0, 0)),
+    "gap": ([delta_frame(i) for i in (0, 2, 3)], (len(PIECES[1]), 0, 0)),
+    "repeat": ([delta_frame(i) for i in (0, 1, 1, 2, 3)], (0, len(PIECES[1]), 0)),
+    "overlap": ([delta_frame(0), delta_frame(1), overlap_frame(), delta_frame(3)], (0, OVERLAP, 0)),
+    "out of order": ([delta_frame(i) for i in (0, 2, 1, 3)], (0, 0, len(PIECES[2]))),
+    "two out of order": ([delta_frame(i) for i in (0, 3, 2, 1)], (0, 0, len(PIECES[2]) + len(PIECES[3]))),
+}
+
+
+@pytest.mark.parametrize("fault", list(STREAMS))
+def test_frames_count_exactly_the_characters_lost_repeated_or_out_of_order(fault: str) -> None:
+    stream, expected = STREAMS[fault]
+    frames = Frames()
+    for frame in stream:
+        frames.feed(frame)
+    reply = frames.replies[9]
+    assert (reply.lost, reply.duplicated, reply.out_of_order) == expected
+    assert reply.unescaped == 0
+    # What the client was shown in order: all of it, less the gap's piece (and what follows it).
+    assert reply.text == (REPLY[: STARTS[1]] if fault == "gap" else REPLY)
+
+
+def run_room(streams: list[list[str]]) -> Collector:
+    """One reply to one post in a room of len(streams) members, member i reading streams[i]
+    (the post, the pieces, the reply's end) through the load generator's checker."""
+    room = {"slug": "r", "users": [{"username": f"u{i}", "password": "pw"} for i in range(len(streams))]}
+    room["assistants"] = ["bot"]
+    collector = Collector()
+    run = RoomRun(RunConfig(target="http://127.0.0.1:1", rooms=[room]), room, collector)
+    nonce = "lt0123456789abcdef"
+    run.posts[nonce] = Post(nonce, at=0.0, poster=0, mentions=1)
+    new = (
+        '<div id="messages" hx-swap-oob="beforeend">'
+        '<article id="msg-8" data-seq="1" data-role="user" data-author="u0" data-status="done">'
+        f'<div id="msg-8-body" class="body md"><p>@bot {nonce} hi</p></div></article>'
+        '<article id="msg-9" data-seq="2" data-role="assistant" data-author="BOT" data-status="streaming">'
+        '<div id="msg-9-body" class="body raw"></div></article></div>'
+    )
+    final = (
+        '<article id="msg-9" data-seq="2" data-role="assistant" data-author="BOT" data-status="done" '
+        f'data-tokens="8" hx-swap-oob="true"><div id="msg-9-body" class="body md">{FINAL_BODY}</div></article>'
+    )
+    for c in run.conns:
+        c.alive = True
+    now = 1.0
+    for c in run.conns:
+        run._on_frame(c, new.encode(), now)
+    assert run.pending_finals == {9: {c.index for c in run.conns}}
+    for c, stream in zip(run.conns, streams, strict=True):
+        for frame in stream:
+            now += 0.01
+            run._on_frame(c, frame.encode(), now)
+    for c in run.conns:
+        run._on_frame(c, final.encode(), now + 0.01)
+    assert not run.pending_finals  # judged
+    return collector
+
+
+@pytest.mark.parametrize("fault", list(STREAMS))
+def test_loadtest_checker_counts_exactly_the_characters_lost_repeated_or_out_of_order(fault: str) -> None:
+    stream, expected = STREAMS[fault]
+    clean = STREAMS["clean"][0]
+    counts = run_room([clean, stream, clean]).counts
+    assert (counts.get("chars_lost", 0), counts.get("chars_duplicated", 0), counts.get("chars_out_of_order", 0)) == (
+        expected
+    )
+    assert counts["replies_completed"] == 1 and counts["member_replies"] == 3
+    # A member shown the whole text in the end matches the final article; one with a gap does not.
+    assert counts.get("final_mismatch", 0) == (1 if fault == "gap" else 0)
+    assert counts.get("errors", 0) == 0
+
+
+def test_not_escaped_counts_what_html_escaping_would_have_changed() -> None:
+    assert not_escaped(html.escape("Tom & Jerry say <hi> 'x' \"y\" &amp; &#39;")) == 0
+    assert not_escaped("&lt;b&gt; &amp; &#39; &#x27; &nbsp; &hellip;") == 0
+    assert not_escaped("<b>") == 2
+    assert not_escaped("Tom & Jerry") == 1
+    assert not_escaped("&amp") == 1  # no semicolon: not a reference
+    assert not_escaped("a > b &# c") == 2
+
+
+def test_both_checkers_flag_a_piece_that_is_not_escaped() -> None:
+    """A piece whose TEXT went out unescaped (`<hi>` as a tag, a bare `&`) reads back as the
+    same characters once unescaped: only checking the frame as sent sees it."""
+    stream = [delta_frame(0, escape=False), delta_frame(1, escape=False), delta_frame(2), delta_frame(3)]
+    frames = Frames()
+    for frame in stream:
+        frames.feed(frame)
+    reply = frames.replies[9]
+    assert reply.text == REPLY  # unescaping alone cannot tell
+    assert reply.unescaped == 3  # "&", "<", ">"
+    assert (reply.lost, reply.duplicated, reply.out_of_order) == (0, 0, 0)
+    assert parse_frame(delta_frame(1, escape=False).encode()).unescaped == 2
+    assert parse_frame(delta_frame(1).encode()).unescaped == 0
+    collector = run_room([STREAMS["clean"][0], stream])
+    assert collector.error_codes == {"piece.unescaped": 3}  # once per distinct frame, not per member
+    snapshot = (
+        '<div id="messages" hx-swap-oob="true"><article id="msg-9" data-seq="2" data-role="assistant" '
+        'data-author="BOT" data-status="streaming" data-length="12"><div id="msg-9-body" class="body raw">'
+        "Tom & Jerry </div></article></div>"
+    )
+    frames = Frames()
+    frames.feed(snapshot)
+    assert (frames.replies[9].text, frames.replies[9].unescaped, frames.replies[9].lost) == ("Tom & Jerry ", 1, 0)
 
 
 def _ws_frame(opcode: int, payload: bytes, fin: bool = True) -> bytes:

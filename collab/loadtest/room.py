@@ -81,8 +81,8 @@ class MemberReply:
     final_at: float | None = None
     status: str = ""
     joined_late: bool = False  # connected mid-reply: its first piece is not a first token
-    duplicated: int = 0
-    out_of_order: int = 0
+    duplicated: int = 0  # characters received twice
+    out_of_order: int = 0  # characters of pieces that came before a piece they follow
 
 
 @dataclass
@@ -290,6 +290,8 @@ class RoomRun:
                     self.collector.count("frames")
                 if parsed.kind == "new":
                     self._on_new(parsed)
+                if parsed.unescaped:  # once per frame, however many members receive it
+                    self.collector.error("piece.unescaped", parsed.unescaped)
         if parsed.kind == "new":
             post = self.posts.get(parsed.nonce) if parsed.nonce else None
             if post is not None and post.poster == c.index:
@@ -334,24 +336,39 @@ class RoomRun:
         if offset == st.have:
             st.parts.append(p.text)
             st.have = p.end
-            if st.ahead:
-                while st.have in st.ahead:
-                    q = st.ahead.pop(st.have)
-                    st.parts.append(q.text)
-                    st.have = q.end
         elif offset < st.have:
             overlap = min(st.have - offset, len(p.text))
             st.duplicated += overlap
             if p.end > st.have:
                 st.parts.append(p.text[overlap:])
                 st.have = p.end
-        else:
-            st.out_of_order += len(p.text)
-            st.ahead[offset] = p
+        else:  # past a gap: held until the gap closes (then it came out of order) or the end
+            held = st.ahead.get(offset)
+            if held is not None:
+                st.duplicated += min(len(held.text), len(p.text))
+            if held is None or p.end > held.end:
+                st.ahead[offset] = p
+        if st.ahead and offset <= st.have:
+            self._early(st)
         if st.first_at is None:
             st.first_at = now
         st.times.append((offset, p.end, now))
         self.collector.counts["pieces_total"] += 1
+
+    @staticmethod
+    def _early(st: MemberReply) -> None:
+        """Pieces held past a gap that the text now reaches: they came out of order."""
+        while st.ahead:
+            offset = min(st.ahead)
+            if offset > st.have:
+                return
+            q = st.ahead.pop(offset)
+            overlap = min(st.have - offset, len(q.text))
+            st.duplicated += overlap
+            if q.end > st.have:
+                st.parts.append(q.text[overlap:])
+                st.out_of_order += q.end - st.have
+                st.have = q.end
 
     def _on_new(self, parsed: Parsed) -> None:
         post = self.posts.get(parsed.nonce) if parsed.nonce else None

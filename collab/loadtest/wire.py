@@ -19,6 +19,9 @@ _DELTA = re.compile(
     rb'<div id="msg-(\d+)-body" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>',
     re.S,
 )
+# Not HTML-escaped (WIRE.md: a piece's TEXT is): `<`, `>`, or an `&` that starts no
+# character reference.
+_NOT_ESCAPED = re.compile(rb"[<>]|&(?!(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);)")
 ARTICLE_RE = re.compile(r"<article ([^>]*)>(.*?)</article>", re.S)
 ATTR_RE = re.compile(r'([\w-]+)="([^"]*)"')
 BODY_RE = re.compile(
@@ -59,6 +62,7 @@ class Parsed:
     articles: list[ArticleInfo] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
     nonce: str | None = None  # new: the post this frame answers (the load generator's marker)
+    unescaped: int = 0  # delta: characters of its pieces' TEXT that are not HTML-escaped
     _words: list[str] | None = None
 
     def final_words(self) -> list[str]:
@@ -102,15 +106,17 @@ def parse_frame(data: bytes) -> Parsed:
     """What one server frame says, as the load generator needs it."""
     if data.startswith(_DELTA_PREFIX):
         pieces = []
+        unescaped = 0
         for m in _DELTA.finditer(data):
             raw = m.group(3)
             text = raw.decode("utf-8")
-            if b"&" in raw:
+            if b"&" in raw or b"<" in raw or b">" in raw:  # checked as sent, then unescaped
+                unescaped += len(_NOT_ESCAPED.findall(raw))
                 text = html.unescape(text)
             offset = int(m.group(2))
             pieces.append(Piece(int(m.group(1)), offset, text, offset + len(text)))
         if pieces:
-            return Parsed("delta", pieces=pieces)
+            return Parsed("delta", pieces=pieces, unescaped=unescaped)
     text = data.decode("utf-8", "replace")
     if text.startswith(SNAPSHOT_PREFIX):
         return Parsed("snapshot", articles=_articles(text))
