@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from collab.chat.actions import posting
+from collab.chat.actions import posting, rooms
 from collab.chat.errors import ClientError
 from collab.chat.models import Message
 from tests.conftest import World
@@ -28,24 +28,59 @@ def _in_thread(fn, *args):  # type: ignore[no-untyped-def]
         connection.close()
 
 
-def test_concurrent_posts_never_share_or_skip_a_seq(world: World) -> None:
-    barrier = threading.Barrier(THREADS)
+def test_concurrent_posters_never_share_or_skip_a_seq(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """THREADS posters, each on its own thread and database connection, post POSTS messages
+    each; every other one mentions @a, so its post reserves two seqs (the reply's too).
 
-    def poster(n: int) -> list[int]:
-        barrier.wait()
+    Every round, all posters are provably at once where a race would hurt: on PostgreSQL
+    inside their transactions, about to allocate (a barrier of all of them in front of
+    rooms.allocate_seqs); on SQLite, whose BEGIN IMMEDIATE lets one writer in at a time,
+    at the door of their transactions. The seqs of all posters together must then be
+    1..N with none shared and none skipped, each post's reply right after its post."""
+    concurrent_writers = connection.vendor != "sqlite"
+    barrier = threading.Barrier(THREADS, timeout=30)
+    allocate = rooms.allocate_seqs
+
+    def allocate_together(room_id: int, count: int) -> int:
+        barrier.wait()  # every poster is inside its own transaction here
+        return allocate(room_id, count)
+
+    if concurrent_writers:
+        monkeypatch.setattr(rooms, "allocate_seqs", allocate_together)
+
+    def poster(n: int) -> list[tuple[int, str, list[int]]]:
         user = world.alice if n % 2 else world.bob
-        return [posting.store_post(user.pk, world.room.pk, f"t{n} m{i}", None)[0].message.seq for i in range(POSTS)]
+        posted = []
+        try:
+            for i in range(POSTS):
+                if not concurrent_writers:
+                    barrier.wait()
+                text = f"@a t{n} m{i}" if (n + i) % 2 else f"t{n} m{i}"
+                result, placeholders, _jobs = posting.store_post(user.pk, world.room.pk, text, None)
+                posted.append((result.message.seq, text, [r.seq for r in placeholders]))
+        except BaseException:
+            barrier.abort()  # the others stop waiting for this one: the first error is the failure
+            raise
+        return posted
 
     with ThreadPoolExecutor(THREADS) as pool:
-        results = list(pool.map(lambda n: _in_thread(poster, n), range(THREADS)))
-    seqs = sorted(s for r in results for s in r)
-    assert seqs == list(range(1, THREADS * POSTS + 1))
-    for r in results:  # each thread saw its own posts in increasing order
-        assert r == sorted(r)
-    stored = list(Message.objects.order_by("seq").values_list("seq", "created_at"))
-    assert [s for s, _ in stored] == seqs
+        futures = [pool.submit(_in_thread, poster, n) for n in range(THREADS)]
+    failures = [e for f in futures if (e := f.exception()) and not isinstance(e, threading.BrokenBarrierError)]
+    if failures:
+        raise failures[0]
+    results = [f.result() for f in futures]
+
+    every = sorted(s for posts in results for seq, _text, replies in posts for s in (seq, *replies))
+    total = THREADS * POSTS + THREADS * POSTS // 2  # a post each, and a reply for every other one
+    assert every == list(range(1, total + 1))  # across all posters: none shared, none skipped
+    for posts in results:
+        for seq, text, replies in posts:
+            assert replies == ([seq + 1] if text.startswith("@a") else [])
+    stored = dict(Message.objects.values_list("seq", "text"))
+    assert {seq: text for posts in results for seq, text, _ in posts}.items() <= stored.items()
+    assert sorted(stored) == every
     world.room.refresh_from_db()
-    assert world.room.last_seq == THREADS * POSTS
+    assert world.room.last_seq == total
 
 
 def test_same_client_id_from_concurrent_connections_posts_once(world: World) -> None:
