@@ -15,15 +15,17 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from collab.chat import metrics, rendering
-from collab.chat.actions import posting, replies, rooms, snapshot
+from collab.chat.actions import posting, replies, rooms, sessions, snapshot
 from collab.chat.errors import ClientError
-from collab.chat.events import MembershipEnded, RoomFrame, SessionEnded, room_group, user_group
+from collab.chat.events import MembershipEnded, RoomFrame, SessionEnded, SocketResync, room_group, user_group
 from collab.chat.frames import parse_frame
 from collab.chat.lifecycle import runtime
+from collab.chat.outbox import CLOSE_TOO_SLOW, Outbox
 
 log = logging.getLogger(__name__)
 
 CLOSE_FORBIDDEN = 4403  # WIRE.md: not allowed; the page does not retry
+CLOSE_RETRY = 4503  # WIRE.md: the server could not resync this socket; the page reconnects
 MAX_QUEUED_ACTIONS = 32  # a socket that sends faster than its actions run is told so
 
 
@@ -32,9 +34,12 @@ class RoomConsumer(AsyncWebsocketConsumer):
     user_id: int | None = None
 
     async def connect(self) -> None:
+        # Per reply, the next offset this socket expects (inf: no more pieces, only its final).
         self.floors: dict[int, float] = {}
         self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self.outbox = Outbox(self._send_now, self._too_slow)
         runtime.ensure_started()
         if runtime.draining:  # shutting down: refuse the handshake; the page retries (another process)
             await self.close()
@@ -46,37 +51,55 @@ class RoomConsumer(AsyncWebsocketConsumer):
         if found is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        self.room_id, room_slug = found
+        self.room_id, self.room_slug = found
         self.user_id = user.pk  # type: ignore[union-attr]
+        self.outbox.watch(self.base_send)
         metrics.SOCKETS.inc()
         # Online before joining the group: the others are told, and this socket's own
         # member list (read below) already shows it.
         runtime.socket_opened(self.channel_name, self.room_id, self.user_id)
         try:
             await rooms.socket_opened(self.room_id, self.user_id, self.channel_name)
-            # Join before reading the snapshot: every frame sent from now on is queued for
-            # this socket, and `floors` drops the ones the snapshot already holds.
-            await self.channel_layer.group_add(room_group(self.room_id), self.channel_name)
-            await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
-            messages_html, members_html, self.floors = await snapshot.snapshot(self.room_id, room_slug)
-            await self.send(text_data=messages_html + members_html)
+            await self._send_snapshot()
         except BaseException:  # Channels calls no disconnect() after a failed connect()
             await self.disconnect(1011)
             raise
         self._worker = asyncio.get_running_loop().create_task(self._work())
+        await self._watch_session()
+
+    async def _send_snapshot(self) -> None:
+        """Join the room's groups, then send its snapshot. Joining first: every frame sent
+        from then on is queued for this socket, and `floors` drops the ones the snapshot
+        already holds (docs/architecture.md, "reconnects"). Joining is idempotent: a
+        resync joins again, in case the layer lost its groups."""
+        assert self.room_id is not None and self.user_id is not None
+        await self.channel_layer.group_add(room_group(self.room_id), self.channel_name)
+        await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
+        messages_html, members_html, self.floors = await snapshot.snapshot(self.room_id, self.room_slug)
+        await self.outbox.put(messages_html + members_html)
 
     async def disconnect(self, code: int) -> None:
+        self.outbox.close()
+        if self._expiry is not None:
+            self._expiry.cancel()
         if self._worker is not None:
             self._inbox.put_nowait(None)  # actions already sent still run, then the worker ends
         if self.room_id is not None and self.user_id is not None and self.channel_name in runtime.sockets:
             metrics.SOCKETS.dec()
             runtime.socket_closed(self.channel_name)
-            await self.channel_layer.group_discard(room_group(self.room_id), self.channel_name)
-            await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
             try:
+                await self.channel_layer.group_discard(room_group(self.room_id), self.channel_name)
+                await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
                 await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
-            except Exception:  # presence then expires by itself (heartbeat)
+            except Exception:  # the layer is away: groups and presence expire by themselves
                 log.warning("could not mark a socket closed", exc_info=True)
+
+    async def _send_now(self, html: str) -> None:
+        await self.send(text_data=html)
+
+    async def _too_slow(self) -> None:
+        log.warning("socket of user %s in room %s fell too far behind: closed", self.user_id, self.room_id)
+        await self.close(code=CLOSE_TOO_SLOW)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Frames touch no database: skip Channels' per-event aclose_old_connections()
@@ -89,26 +112,65 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def room_frame(self, event: RoomFrame) -> None:
         if event.get("by") == self.channel_name:
             return
-        floors = self.floors
-        if floors:
-            msg = event.get("msg")
-            if msg is not None and msg in floors:
-                kind = event["kind"]
-                if kind == "final":
-                    del floors[msg]
-                elif kind == "new" or event.get("offset", 0) < floors[msg]:
+        msg = event.get("msg")
+        if msg is not None:
+            floors = self.floors
+            kind = event["kind"]
+            if kind == "delta":
+                floor = floors.get(msg)
+                offset = event["offset"]
+                if floor is not None:
+                    if offset < floor:  # the snapshot already holds it
+                        return
+                    if offset > floor:  # a piece never reached this socket: start again from a snapshot
+                        await self.room_resync({"type": "room.resync"})
+                        return
+                    floors[msg] = event["end"]
+            elif kind == "final":
+                floors.pop(msg, None)
+            elif kind == "new":
+                if msg in floors:  # the snapshot already holds it
                     return
-        await self.send(text_data=event["html"])
+                for reply_id in event.get("replies", ()):
+                    floors[reply_id] = 0
+        await self.outbox.put(event["html"])
+
+    async def room_resync(self, event: SocketResync) -> None:
+        """Frames were lost (the layer was away, or a piece skipped): the snapshot again.
+        Run from dispatch, so no other frame for this socket is handled meanwhile."""
+        if self.room_id is None or self.outbox.overflowed:
+            return
+        metrics.SOCKETS_RESYNCED.inc()
+        try:
+            await self._send_snapshot()
+        except Exception:  # still away: close, and the page reconnects (htmx retries 1011)
+            log.warning("could not resync a socket; closing it", exc_info=True)
+            await self.close(code=CLOSE_RETRY)
+
+    async def _watch_session(self) -> None:
+        """Close this socket when its session expires (unless it was renewed meanwhile)."""
+        session = self.scope.get("session")
+        key = session.session_key if session is not None else None
+        left = await database_sync_to_async(sessions.session_seconds_left)(key)
+        if left is None:
+            return
+        if left <= 0:
+            await self._tell(rendering.frame_error("session.ended", "Your session has expired; log in again."))
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        loop = asyncio.get_running_loop()
+        # call_later takes at most ~49 days; a session renewed meanwhile is checked again then.
+        self._expiry = loop.call_later(min(left + 1, 30 * 86400), lambda: loop.create_task(self._watch_session()))
 
     async def session_ended(self, event: SessionEnded) -> None:
         session = self.scope.get("session")
         if session is not None and event["session_key"] == session.session_key:
-            await self.send(text_data=rendering.frame_error("session.ended", "You have logged out."))
+            await self._tell(rendering.frame_error("session.ended", "You have logged out."))
             await self.close(code=CLOSE_FORBIDDEN)
 
     async def membership_ended(self, event: MembershipEnded) -> None:
         if event["room_id"] == self.room_id:
-            await self.send(text_data=rendering.frame_error("room.left", "You are no longer a member of this room."))
+            await self._tell(rendering.frame_error("room.left", "You are no longer a member of this room."))
             await self.close(code=CLOSE_FORBIDDEN)
 
     # --- client actions -----------------------------------------------------------------
@@ -137,7 +199,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def _tell(self, html: str) -> None:
         try:
-            await self.send(text_data=html)
+            await self.outbox.put(html)
         except Exception:  # the socket closed meanwhile
             log.debug("could not tell a closed socket", exc_info=True)
 
@@ -150,6 +212,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
             result = await posting.post_message(
                 self.user_id, self.room_id, content.get("text"), content.get("client_id")
             )
+            if result.unsent_frame is not None:  # stored, not broadcast: the poster sees it now
+                await self._tell(result.unsent_frame)
             for name in result.unknown_mentions:
                 await self._tell(
                     rendering.frame_error(

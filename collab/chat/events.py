@@ -30,6 +30,8 @@ class RoomFrame(TypedDict):
     kind: FrameKind
     msg: NotRequired[int]  # message id, for new/delta/final
     offset: NotRequired[int]  # delta: where the piece starts in the reply's text
+    end: NotRequired[int]  # delta: where it ends (a member whose next expected offset is lower missed a piece)
+    replies: NotRequired[list[int]]  # new: the replies it announces (each socket expects their pieces from 0)
     by: NotRequired[str]  # the socket whose own change this announces: it already knows
 
 
@@ -64,4 +66,19 @@ class RoomStopAll(TypedDict):
     room_id: int
 
 
-Control = ReplyStop | RoomStopAll
+class ProcessPing(TypedDict):
+    """A process's note to itself through the layer: it arrives once the process's
+    subscriptions are back after the layer was away (lifecycle.Runtime)."""
+
+    type: Literal["process.ping"]
+    process: str
+
+
+Control = ReplyStop | RoomStopAll | ProcessPing
+
+
+class SocketResync(TypedDict):
+    """To one socket: frames may have been lost (the layer was away); send the room's
+    snapshot again."""
+
+    type: Literal["room.resync"]

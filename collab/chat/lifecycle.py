@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0  # well inside the shared state's 6 s leases: two beats may be missed
 SWEEP_S = 2.0  # a dead process's replies are interrupted within lease 6 s + this
 ORPHAN_GRACE_S = 15.0  # a `streaming` reply no process has leased for this long is an orphan
+RELEASE_AFTER_RESTART_S = 10.0  # leases are trusted this long after the shared state (re)started
 
 
 def _unleased_candidates(grace_s: float) -> list[int]:
@@ -61,12 +62,15 @@ async def sweep_once(grace_s: float = ORPHAN_GRACE_S) -> list[int]:
         if registry.get(reply_id) is None:  # ours renew their lease; a stalled loop keeps them
             await replies.interrupt(reply_id)
             ended.append(reply_id)
-    candidates = [i for i in await database_sync_to_async(_unleased_candidates)(grace_s) if registry.get(i) is None]
-    leased = await state.leased(candidates)
-    for reply_id in candidates:
-        if reply_id not in leased:
-            await replies.interrupt(reply_id)
-            ended.append(reply_id)
+    # A reply with no lease is an orphan only if its owner had the time to renew it: right
+    # after Redis restarted (empty), every running reply looks unleased for a beat.
+    if await state.uptime_s() >= RELEASE_AFTER_RESTART_S:
+        candidates = [i for i in await database_sync_to_async(_unleased_candidates)(grace_s) if registry.get(i) is None]
+        leased = await state.leased(candidates)
+        for reply_id in candidates:
+            if reply_id not in leased:
+                await replies.interrupt(reply_id)
+                ended.append(reply_id)
     for room_id in await state.sweep_presence():
         await rooms.announce_members(room_id)
     if ended:
@@ -85,6 +89,12 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._drain: asyncio.Task[None] | None = None
+        # The layer or the shared state was away (or Redis restarted): frames may have been
+        # lost, and the list layer's groups with them. Cleared once a ping this process sends
+        # itself through the layer comes back, when every open socket is sent its snapshot again.
+        self.stale = False
+        self._uptime: float | None = None
+        self._control_channel: str | None = None
 
     def ensure_started(self) -> None:
         loop = asyncio.get_running_loop()
@@ -105,14 +115,20 @@ class Runtime:
             try:
                 channel = await layer.new_channel()
                 await layer.group_add(PROCESSES_GROUP, channel)
+                self._control_channel = channel
                 while True:
                     self.on_control(await layer.receive(channel))
             except Exception:
+                self.stale = True
                 log.warning("control channel failed; listening again in 1 s", exc_info=True)
                 await asyncio.sleep(1)
 
     def on_control(self, event: dict[str, Any]) -> None:
-        if event.get("type") == "reply.stop":
+        if event.get("type") == "process.ping":
+            if event.get("process") == shared.PROCESS_ID and self.stale:
+                self.stale = False
+                self._spawn(self._resync_sockets())
+        elif event.get("type") == "reply.stop":
             registry.stop(int(event["message_id"]), str(event.get("reason", "stopped")))
         elif event.get("type") == "room.stop_all":
             for reply_id in registry.in_room(int(event["room_id"])):
@@ -121,15 +137,49 @@ class Runtime:
     async def _heartbeat(self) -> None:
         while True:
             try:
-                state = shared.backend()
-                await state.renew_leases(registry.ids())
-                sockets = [(room, user, name) for name, (room, user) in self.sockets.items()]
-                for room_id in await state.renew_presence(sockets):
-                    await rooms.announce_members(room_id)
-                await state.renew_slots(deployment_slots.held)
-            except Exception:
-                log.warning("heartbeat failed", exc_info=True)
+                await self.beat()
+            except Exception as exc:
+                if not self.stale:
+                    log.warning("heartbeat failed: %r; the sockets are resynced when it is back", exc)
+                self.stale = True
             await asyncio.sleep(HEARTBEAT_S)
+
+    async def beat(self) -> None:
+        state = shared.backend()
+        uptime = await state.uptime_s()
+        if self._uptime is not None and uptime < self._uptime:  # restarted: it lost what it held
+            log.warning("the shared state restarted; restoring leases and presence, resyncing sockets")
+            self.stale = True
+        self._uptime = uptime
+        await state.renew_leases(registry.ids())
+        sockets = [(room, user, name) for name, (room, user) in self.sockets.items()]
+        for room_id in await state.renew_presence(sockets):
+            await rooms.announce_members(room_id)
+        await state.renew_slots(deployment_slots.held)
+        if self.stale and self._control_channel is not None:
+            layer = get_channel_layer()
+            assert layer is not None
+            await layer.group_add(PROCESSES_GROUP, self._control_channel)  # the list layer may have lost it
+            await layer.send(self._control_channel, {"type": "process.ping", "process": shared.PROCESS_ID})
+
+    async def _resync_sockets(self) -> None:
+        """The layer is back: every open socket gets the room's snapshot again (lost frames,
+        replies that ended meanwhile) and rejoins its groups."""
+        layer = get_channel_layer()
+        assert layer is not None
+        names = list(self.sockets)
+        log.warning("the channel layer is back: resyncing %d sockets", len(names))
+        for name in names:
+            try:
+                await layer.send(name, {"type": "room.resync"})
+            except Exception:
+                self.stale = True  # away again: the next beat tries again
+                return
+
+    def _spawn(self, job: Any) -> None:
+        task = asyncio.get_running_loop().create_task(job)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _sweeper(self) -> None:
         while True:

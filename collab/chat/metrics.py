@@ -19,3 +19,5 @@ REPLY_TTFT = Histogram(
 REPLY_TOKENS = Counter("collab_reply_tokens", "Tokens streamed by replies")
 FRAMES = Counter("collab_frames", "Frames broadcast to rooms, by kind", ["kind"])
 SOCKETS = Gauge("collab_sockets_open", "Room WebSockets open on this process")
+SOCKETS_TOO_SLOW = Counter("collab_sockets_too_slow", "Sockets closed (4408) for falling too far behind")
+SOCKETS_RESYNCED = Counter("collab_sockets_resynced", "Snapshots sent again to open sockets that missed frames")

@@ -53,7 +53,13 @@
   });
   document.addEventListener("htmx:wsClose", function (e) {
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
-    if (code === 4403) {
+    if (code === 4408 || code === 4503) {
+      // 4408: this page fell too far behind the room; 4503: the server could not resync it.
+      // Either way, connect again and resume from a fresh snapshot.
+      setConn("reconnecting…", "warn");
+      var again = e.detail.socketWrapper;
+      if (again) setTimeout(function () { again.reconnect(); }, 500 + Math.random() * 1500);
+    } else if (code === 4403) {
       setConn("no access to this room", "bad");
       var form = composer();
       if (form) form.querySelectorAll("textarea,button").forEach(function (el) { el.disabled = true; });

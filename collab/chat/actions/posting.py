@@ -5,6 +5,7 @@ start those replies (actions.replies).
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from collab.chat.errors import ClientError
 from collab.chat.markup import render_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
 
+log = logging.getLogger(__name__)
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # NUL (PostgreSQL refuses it) and lone surrogates (not UTF-8)
 MENTION_RE = re.compile(r"(?<![\w@])@([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
 
@@ -30,6 +33,9 @@ class PostResult:
     message: Message
     created: bool
     unknown_mentions: list[str] = field(default_factory=list)
+    # The "new" frame, when it could not be broadcast (the layer was away): the poster's
+    # own socket shows it; the others converge when the layer is back.
+    unsent_frame: str | None = None
 
 
 def check_post(text: object, client_id: object) -> tuple[str, uuid.UUID | None]:
@@ -132,7 +138,19 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     if result.created:
         metrics.POSTS.inc()
         html = rendering.frame_new([result.message, *placeholders])
-        await replies.start_and_announce(
-            jobs, room_id, {"type": "room.frame", "kind": "new", "msg": result.message.id, "html": html}
-        )
+        try:
+            await replies.start_and_announce(
+                jobs,
+                room_id,
+                {
+                    "type": "room.frame",
+                    "kind": "new",
+                    "msg": result.message.id,
+                    "replies": [p.id for p in placeholders],
+                    "html": html,
+                },
+            )
+        except Exception:  # stored, and its replies run: never "try again" (a retry would post it twice)
+            log.warning("post %s stored but not announced", result.message.id, exc_info=True)
+            result.unsent_frame = html
     return result

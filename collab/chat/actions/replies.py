@@ -32,6 +32,7 @@ from collab.chat.models import Assistant, Membership, Message, Room
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_S = 1.0  # a streaming reply's text is in the database at most this far behind
 _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII digits only: "²".isdigit() is True, and int("²") fails
 
 __all__ = ["ReplyJob", "RoomSink", "interrupt", "regenerate_reply", "start_and_announce", "stop_reply"]
@@ -78,27 +79,84 @@ def create_placeholders(room: Room, answered: Message, assistants: list[Assistan
 
 
 class RoomSink:
-    """Where one reply's pieces, states and outcome go (generation.Sink)."""
+    """Where one reply's pieces, states and outcome go (generation.Sink).
+
+    It keeps every piece it was handed (the text so far), so that nothing depends on the
+    shared state or the channel layer staying up: a piece that cannot be recorded or sent
+    is kept, the shared record is put back whole once it can be (`restore`), and the
+    database holds a checkpoint of the text at most CHECKPOINT_S behind while it streams.
+    """
 
     def __init__(self, job: ReplyJob) -> None:
         self.job = job
         # Set once the reply's article has been broadcast: its first piece must not overtake
         # it. The model request starts before that, so the broadcast overlaps its first token.
         self.announced = asyncio.Event()
+        self.pieces: list[str] = []
+        self.label = ""
+        self.lost = False  # the shared record is missing or stale: restore it before the next piece
+        self._checkpoint_at = asyncio.get_running_loop().time()
+        self._checkpoint: asyncio.Task[None] | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
 
     async def piece(self, offset: int, text: str) -> None:
         if not self.announced.is_set():
             await self.announced.wait()
-        reply_id = self.job.message_id
+        self.pieces.append(text)
+        reply_id, room_id = self.job.message_id, self.job.room_id
         # The shared text first, then the frame: a member who joins the room's group and
         # then reads the text gets every piece exactly once (consumers.RoomConsumer.floors).
         html = rendering.frame_delta(reply_id, offset, text)
-        frame: RoomFrame = {"type": "room.frame", "kind": "delta", "msg": reply_id, "offset": offset, "html": html}
-        await broadcast.piece_to_room(self.job.room_id, reply_id, text, frame)
+        frame: RoomFrame = {
+            "type": "room.frame",
+            "kind": "delta",
+            "msg": reply_id,
+            "offset": offset,
+            "end": offset + len(text),
+            "html": html,
+        }
+        try:
+            if not self.lost:
+                try:
+                    await broadcast.piece_to_room(room_id, reply_id, text, frame)
+                    return
+                except shared.StateLost:
+                    self.lost = True
+            await shared.backend().restore(reply_id, room_id, shared.PROCESS_ID, self.text, self.label)
+            self.lost = False
+            log.warning("reply %s: shared record restored at %d characters", reply_id, len(self.text))
+            await broadcast.to_room(room_id, frame)
+        except shared.ReplyEnded:
+            raise  # another process ended it: no further piece (the engine stops emitting)
+        except Exception as exc:  # Redis away: keep the text; members converge when it is back
+            if not self.lost:
+                log.warning("reply %s: piece not shared (%r); kept, restored later", reply_id, exc)
+            self.lost = True
+        finally:
+            self._maybe_checkpoint()
+
+    def _maybe_checkpoint(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._checkpoint_at < CHECKPOINT_S:
+            return
+        if self._checkpoint is not None and not self._checkpoint.done():
+            return
+        self._checkpoint_at = loop.time()
+        self._checkpoint = loop.create_task(self._store_checkpoint(self.text))
+
+    async def _store_checkpoint(self, text: str) -> None:
+        try:
+            await database_sync_to_async(_store_text)(self.job.message_id, text)
+        except Exception:
+            log.warning("could not checkpoint reply %s", self.job.message_id, exc_info=True)
 
     async def state(self, text: str) -> None:
         if not self.announced.is_set():  # a label for an article nobody has yet is lost
             await self.announced.wait()
+        self.label = text
         reply_id = self.job.message_id
         try:
             await shared.backend().set_state(reply_id, text)
@@ -113,6 +171,8 @@ class RoomSink:
         """Store the reply's final text, status and metrics, then send its article whole
         (never before the article was announced: a final for an unknown article is lost)."""
         try:
+            if self._checkpoint is not None:
+                await asyncio.shield(self._checkpoint)  # the final text is stored after it, never under it
             html = await sync_to_async(render_markdown, thread_sensitive=False)(outcome.text) if outcome.text else ""
             message = await database_sync_to_async(_store_outcome)(self.job, outcome, html)
             await self.announced.wait()
@@ -120,6 +180,11 @@ class RoomSink:
                 await _send_final(message)
         finally:
             await shared.backend().end(self.job.message_id)
+
+
+def _store_text(reply_id: int, text: str) -> None:
+    """A checkpoint of a streaming reply's text (what a restart without the shared state keeps)."""
+    Message.objects.filter(pk=reply_id, status=Message.Status.STREAMING).update(text=text)
 
 
 def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None:
@@ -244,7 +309,8 @@ def _store_regenerate(user_id: int, room_id: int, message_id: object) -> tuple[M
 async def regenerate_reply(user_id: int, room_id: int, message_id: object) -> None:
     await take_post_token(user_id, room_id)
     reply, jobs = await database_sync_to_async(_store_regenerate)(user_id, room_id, message_id)
-    frame: RoomFrame = {"type": "room.frame", "kind": "new", "msg": reply.id, "html": rendering.frame_new([reply])}
+    html = rendering.frame_new([reply])
+    frame: RoomFrame = {"type": "room.frame", "kind": "new", "msg": reply.id, "replies": [reply.id], "html": html}
     await start_and_announce(jobs, room_id, frame)
 
 

@@ -66,7 +66,13 @@ def allocate_seqs(room_id: int, count: int) -> int:
 async def take_post_token(user_id: int, room_id: int) -> None:
     """The posting rate, per member and room, shared by every server process."""
     burst = float(settings.COLLAB["POST_BURST"])
-    if not await shared.backend().take(f"post:{user_id}:{room_id}", burst, settings.COLLAB["POST_REFILL_S"]):
+    try:
+        taken = await shared.backend().take(f"post:{user_id}:{room_id}", burst, settings.COLLAB["POST_REFILL_S"])
+    except shared.UNAVAILABLE:
+        raise ClientError(
+            "server.unavailable", "The server cannot reach its shared state just now; nothing was sent. Try again."
+        ) from None
+    if not taken:
         raise ClientError("rate.limited", "You are sending messages too fast; wait a moment.")
 
 

@@ -17,11 +17,26 @@ import weakref
 from typing import Any
 
 from django.conf import settings
+from redis.exceptions import RedisError
 
-from collab.chat.shared.base import LiveView, SharedState
+from collab.chat.shared.base import LiveView, ReplyEnded, SharedState, StateLost
 from collab.chat.shared.memory import MemoryState
 
-__all__ = ["PROCESS_ID", "LiveView", "SharedState", "backend", "online_sync", "reset", "reset_memory"]
+__all__ = [
+    "PROCESS_ID",
+    "UNAVAILABLE",
+    "LiveView",
+    "ReplyEnded",
+    "SharedState",
+    "StateLost",
+    "backend",
+    "online_sync",
+    "reset",
+    "reset_memory",
+]
+
+# What a call to the shared state raises while it is unreachable (Redis away).
+UNAVAILABLE: tuple[type[BaseException], ...] = (ConnectionError, OSError, TimeoutError, RedisError)
 
 # This process, as leases and presence name it: unique across machines and restarts.
 PROCESS_ID = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"

@@ -19,6 +19,12 @@ class ReplyEnded(Exception):
     its lease): it is not recorded or sent; the owner stops."""
 
 
+class StateLost(Exception):
+    """A piece for a reply whose shared record is gone (Redis restarted, or lost its data):
+    appending would record a text that no longer starts at offset 0. The owner restores
+    the record with the whole text (`restore`) and goes on."""
+
+
 @dataclass(frozen=True)
 class LiveView:
     """A live reply as any process sees it.
@@ -52,6 +58,11 @@ class SharedState(ABC):
         return False
 
     @abstractmethod
+    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str) -> None:
+        """The owner puts back a live reply's record (and its lease) after the shared state
+        lost it: its whole text so far, and its label."""
+
+    @abstractmethod
     async def set_state(self, reply_id: int, state: str) -> None: ...
 
     @abstractmethod
@@ -74,6 +85,11 @@ class SharedState(ABC):
     @abstractmethod
     async def leased(self, reply_ids: Sequence[int]) -> set[int]:
         """Those of `reply_ids` that some process holds a lease on."""
+
+    @abstractmethod
+    async def uptime_s(self) -> float:
+        """How long this shared state has kept what it holds (the Redis server's uptime):
+        leases younger than a lease period may be missing only because it restarted."""
 
     # --- posting rate ----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ finds its replies `streaming` in the database with no lease (lifecycle's sweep).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
@@ -52,6 +53,13 @@ class MemoryState(SharedState):
         live = self._live.get(reply_id)
         if live is not None:
             live.state = state
+
+    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str) -> None:
+        self._live[reply_id] = _Live([text], state)
+
+    async def uptime_s(self) -> float:
+        # This process is the whole deployment: no other owner can be missing a lease.
+        return math.inf
 
     async def end(self, reply_id: int) -> None:
         # Kept a while as "ended" (a snapshot racing the final article must know); then dropped.

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ConstantBackoff
 
 from collab.chat.shared.base import (
     KEEP_ENDED_S,
@@ -31,6 +33,7 @@ from collab.chat.shared.base import (
     OnQueued,
     ReplyEnded,
     SharedState,
+    StateLost,
 )
 
 KEEP_LIVE_S = 24 * 3600  # a safety net: no key outlives a day, whatever happens
@@ -76,9 +79,12 @@ _LEASE = _NOW + "redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2]) r
 # KEYS[1] the reply's text, KEYS[2] its hash; ARGV text, channel, payload: a piece recorded,
 # then published, in one command (the order a snapshot on another process relies on, in one
 # round trip); -1, and nothing done, once the reply has been ended (by another process).
+# -2, and nothing done, when the text is gone (Redis restarted): the owner restores it whole.
 _APPEND_PUBLISH = """
 if redis.call('HEXISTS', KEYS[2], 'ended') == 1 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 redis.call('APPEND', KEYS[1], ARGV[1])
+if ARGV[2] == '' then return 0 end
 return redis.call('PUBLISH', ARGV[2], ARGV[3])"""
 
 # KEYS[1] room zset: the members whose deadline has not passed ("user:socket").
@@ -178,7 +184,11 @@ def user_ids(members: Iterable[Any]) -> set[int]:
 
 class RedisState(SharedState):
     def __init__(self, url: str, prefix: str) -> None:
-        self.redis = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+        # One quick retry (a connection reset), not redis-py's default three with a backoff of
+        # seconds: while Redis is away every caller should learn it at once and carry on.
+        self.redis = aioredis.Redis.from_url(
+            url, socket_connect_timeout=2, socket_timeout=5, retry=Retry(ConstantBackoff(0.05), 1)
+        )
         self.p = prefix
         self._renew = self.redis.register_script(_RENEW)
         self._renew_leases = self.redis.register_script(_RENEW_LEASES)
@@ -211,13 +221,29 @@ class RedisState(SharedState):
             await pipe.execute()
 
     async def append(self, reply_id: int, text: str) -> None:
-        await self.redis.append(self._r(reply_id) + ":t", text)
+        await self.append_and_publish(reply_id, text, "", b"")
 
     async def append_and_publish(self, reply_id: int, text: str, channel: str, payload: bytes) -> bool:
         key = self._r(reply_id)
-        if int(await self._append_publish(keys=[key + ":t", key], args=[text, channel, payload])) < 0:
+        done = int(await self._append_publish(keys=[key + ":t", key], args=[text, channel, payload]))
+        if done == -1:
             raise ReplyEnded(reply_id)
+        if done == -2:
+            raise StateLost(reply_id)
         return True
+
+    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str) -> None:
+        key = self._r(reply_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(key + ":t", text, ex=KEEP_LIVE_S)
+            pipe.hset(key, mapping={"room": room_id, "owner": owner, "state": state})
+            pipe.expire(key, KEEP_LIVE_S)
+            await self._lease(keys=[self.p + "leases"], args=[LEASE_TTL_S, reply_id], client=pipe)
+            await pipe.execute()
+
+    async def uptime_s(self) -> float:
+        info = await self.redis.info("server")
+        return float(info["uptime_in_seconds"])
 
     async def set_state(self, reply_id: int, state: str) -> None:
         await self.redis.hset(self._r(reply_id), "state", state)

@@ -1,0 +1,128 @@
+"""One socket's outbound frames, bounded (docs/architecture.md, "Slow clients").
+
+Frames go straight to the socket while its connection keeps up. When the connection's
+send buffer fills (the client reads slower than the room streams), Twisted pauses the
+socket's producer (this outbox) and frames wait here, in order, up to MAX_FRAMES and
+MAX_BYTES; past that the socket is closed with 4408 and its page reconnects and resumes
+from its snapshot. Nothing here waits for a client: one slow member never holds up the
+room, and its backlog costs the server at most the bound.
+
+The pause/resume signals are Twisted's producer interface, which autobahn (Daphne's
+WebSocket protocol) exposes as `registerProducer`. Under another server (or the
+test communicator) there is no such signal and frames are simply sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from django.conf import settings
+
+from collab.chat import metrics
+
+log = logging.getLogger(__name__)
+
+CLOSE_TOO_SLOW = 4408  # docs/wire.md: the socket fell too far behind; the page reconnects
+
+
+class Outbox:
+    def __init__(self, send: Callable[[str], Awaitable[None]], on_overflow: Callable[[], Awaitable[None]]) -> None:
+        self._send = send
+        self._on_overflow = on_overflow
+        self._queue: deque[str] = deque()
+        self._bytes = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.paused = False
+        self.overflowed = False
+        self.max_frames = int(settings.COLLAB.get("SOCKET_BACKLOG_FRAMES", 1000))
+        self.max_bytes = int(settings.COLLAB.get("SOCKET_BACKLOG_BYTES", 1 << 20))
+        self.flow_control = False  # True once the connection will tell us when it is full
+
+    def watch(self, send: object) -> bool:
+        """Ask the connection behind an ASGI `send` to pause and resume this outbox."""
+        protocol = _connection_of(send)
+        if protocol is None:
+            return False
+        try:
+            protocol.registerProducer(self, True)
+        except Exception:  # another producer holds it: send without flow control
+            log.debug("no flow control for this socket", exc_info=True)
+            return False
+        self.flow_control = True
+        return True
+
+    # Twisted's IPushProducer: the connection calls these as its send buffer fills and drains.
+    def pauseProducing(self) -> None:
+        self.paused = True
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+        self._wake.set()
+
+    def stopProducing(self) -> None:  # the connection is gone
+        self.paused = True
+        self._queue.clear()
+        self._bytes = 0
+
+    @property
+    def backlog(self) -> tuple[int, int]:
+        """(frames, bytes) waiting here."""
+        return len(self._queue), self._bytes
+
+    async def put(self, html: str) -> None:
+        if self.overflowed:
+            return
+        if not self.paused and self._task is None:
+            await self._send(html)
+            return
+        self._queue.append(html)
+        self._bytes += len(html.encode())
+        if len(self._queue) > self.max_frames or self._bytes > self.max_bytes:
+            self.overflowed = True
+            self._queue.clear()
+            self._bytes = 0
+            metrics.SOCKETS_TOO_SLOW.inc()
+            await self._on_overflow()
+            return
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue and not self.overflowed:
+                if self.paused:
+                    self._wake.clear()
+                    await self._wake.wait()
+                    continue
+                html = self._queue.popleft()
+                self._bytes -= len(html.encode())
+                await self._send(html)
+        except Exception:  # the socket closed meanwhile
+            log.debug("outbox stopped", exc_info=True)
+        finally:
+            self._task = None
+
+    def close(self) -> None:
+        self.overflowed = True
+        self._queue.clear()
+        self._wake.set()
+
+
+def _connection_of(send: object) -> Any | None:
+    """Daphne's protocol object behind a consumer's `send`: Daphne passes
+    `partial(server.handle_reply, protocol)`, which Channels' session middleware wraps
+    in a bound method keeping it as `real_send`."""
+    for _ in range(4):
+        if isinstance(send, functools.partial):
+            protocol = send.args[0] if send.args else None
+            return protocol if hasattr(protocol, "registerProducer") else None
+        send = getattr(getattr(send, "__self__", None), "real_send", None)
+        if send is None:
+            return None
+    return None
