@@ -224,6 +224,10 @@ COLLAB: dict[str, Any] = {
     # Model context per assistant, in characters (~4 per token) of room history.
     "CONTEXT_CHARS": env_int("COLLAB_CONTEXT_CHARS", 12_000),
     "MAX_CONCURRENT_REPLIES_PER_MESSAGE": 8,
+    # A socket that reads slower than its room streams: its frames wait in the app, up to
+    # this many and this many bytes; past either it is closed with 4408 (collab/chat/outbox.py).
+    "SOCKET_BACKLOG_FRAMES": env_int("COLLAB_SOCKET_BACKLOG_FRAMES", 2000),
+    "SOCKET_BACKLOG_BYTES": env_int("COLLAB_SOCKET_BACKLOG_BYTES", 1 << 20),
     # SIGTERM: how long running replies may finish before the rest are stored `interrupted`.
     "DRAIN_S": env_float("COLLAB_DRAIN_S", 10.0),
     # The process's background work: control listener, heartbeat, sweep (collab/chat/lifecycle.py).

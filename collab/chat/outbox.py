@@ -40,8 +40,8 @@ class Outbox:
         self._task: asyncio.Task[None] | None = None
         self.paused = False
         self.overflowed = False
-        self.max_frames = int(settings.COLLAB.get("SOCKET_BACKLOG_FRAMES", 1000))
-        self.max_bytes = int(settings.COLLAB.get("SOCKET_BACKLOG_BYTES", 1 << 20))
+        self.max_frames = int(settings.COLLAB["SOCKET_BACKLOG_FRAMES"])
+        self.max_bytes = int(settings.COLLAB["SOCKET_BACKLOG_BYTES"])
         self.flow_control = False  # True once the connection will tell us when it is full
 
     def watch(self, send: object) -> bool:
