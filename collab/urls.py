@@ -13,6 +13,7 @@ urlpatterns = [
     path("accounts/signup/", views.signup, name="signup"),
     path("r/<slug:slug>/", views.room, name="room"),
     path("r/<slug:slug>/older/", views.room_older, name="room_older"),
+    path("r/<slug:slug>/m/<int:message_id>/", views.message_full, name="message_full"),
     path("r/<slug:slug>/leave/", views.leave, name="leave"),
     path("r/<slug:slug>/settings/", views.room_settings, name="room_settings"),
     path("join/<str:token>/", views.join, name="join"),

@@ -2,41 +2,193 @@
 
 Each frame is rendered once by whoever broadcasts it and sent as-is to every member.
 Model and user text is never a top-level element: htmx swaps top-level elements by id.
+
+Byte budgets (UTF-8, settings.COLLAB may override each): Daphne refuses to send a
+WebSocket message over 1 MiB and closes the socket with 1011 instead, so no frame may
+grow with the room's history. A snapshot, and every page of history, holds the newest
+messages that fit its budget; a finished message whose HTML is long is shown cut (an
+excerpt of its text and a "show all" button that loads it whole: views.message_full);
+a streaming reply's live text is never cut inside, but a very long one is sent as its
+tail (`data-from`), so that its `data-length` and the offsets that follow still hold.
 """
 
 from __future__ import annotations
 
+import html as html_lib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+from django.conf import settings
 from django.template.loader import get_template
 
 from collab.chat.models import Message
 
 _article = get_template("chat/_article.html")
 _messages = get_template("chat/_frame_messages.html")
+_older_page = get_template("chat/_older_page.html")
 _delta = get_template("chat/_frame_delta.html")
 _error = get_template("chat/_frame_error.html")
 _members = get_template("chat/_members.html")
 _state = get_template("chat/_frame_state.html")
 
+KIB = 1024
+BUDGETS: dict[str, int] = {
+    # The first frame of a socket (messages and member list), and each page of history.
+    "SNAPSHOT_BYTES": 256 * KIB,
+    # An article in a snapshot or a page of history whose HTML is longer is cut.
+    "ARTICLE_BYTES": 16 * KIB,
+    # ... and in a "new" or "final" frame.
+    "FRAME_ARTICLE_BYTES": 128 * KIB,
+    # What a cut article shows of its text.
+    "EXCERPT_CHARS": 1500,
+    # The member list names at most this many members, online ones first.
+    "MEMBERS_LISTED": 100,
+}
 
-def article(message: Message, *, live_text: str | None = None, oob: bool = False, state: str = "") -> str:
-    """One message. `live_text` is the text so far of a reply still streaming here."""
-    return _article.render({"m": message, "live_text": live_text, "oob": oob, "state": state})
+
+def budget(name: str) -> int:
+    return int(settings.COLLAB.get(name, BUDGETS[name]))
+
+
+def size(text: str) -> int:
+    """Bytes of `text` on the wire (UTF-8)."""
+    return len(text.encode())
+
+
+def _over(text: str, limit: int) -> bool:
+    """size(text) > limit, without encoding a text that is surely over or under it."""
+    return len(text) > limit or (len(text) * 4 > limit and size(text) > limit)
+
+
+def _excerpt(text: str) -> str:
+    """The start of a long text, cut at a line or word break when there is one nearby."""
+    limit = budget("EXCERPT_CHARS")
+    if len(text) <= limit:
+        return text.rstrip()
+    head = text[:limit]
+    for sep in ("\n", " "):
+        at = head.rfind(sep)
+        if at > limit // 2:
+            return head[:at].rstrip()
+    return head
+
+
+def article(
+    message: Message,
+    *,
+    live_text: str | None = None,
+    live_from: int = 0,
+    oob: bool = False,
+    state: str = "",
+    limit: int | None = None,
+    compact: bool = False,
+) -> str:
+    """One message. `live_text` is the text so far of a reply still streaming here, from
+    character `live_from` on (0: all of it). A finished message whose HTML is over `limit`
+    bytes is cut to an excerpt and a "show all" button; `compact`: the button alone."""
+    cut = message.status != Message.Status.STREAMING and (compact or (limit is not None and _over(message.html, limit)))
+    return _article.render(
+        {
+            "m": message,
+            "live_text": live_text,
+            "live_from": live_from,
+            "live_length": live_from + len(live_text) if live_text is not None else 0,
+            "oob": oob,
+            "state": state,
+            "cut": cut,
+            "excerpt": _excerpt(message.text) if cut and not compact else "",
+        }
+    )
 
 
 def frame_new(messages: Iterable[Message]) -> str:
     """New messages appended to the room's list."""
-    return _messages.render({"messages": list(messages), "mode": "append"}).strip()
+    limit = budget("FRAME_ARTICLE_BYTES")
+    articles = [article(m, limit=limit) for m in messages]
+    return _messages.render({"articles": articles, "mode": "append"}).strip()
 
 
 def frame_final(message: Message) -> str:
-    """A message sent again whole: a finished reply, or an edit of its state."""
-    return article(message, oob=True).strip()
+    """A message sent again whole: a finished reply, or an edit of its state. Cut (with
+    its "show all" button) if its HTML is over the frame's budget for an article."""
+    return article(message, oob=True, limit=budget("FRAME_ARTICLE_BYTES")).strip()
 
 
 def frame_delta(message_id: int, offset: int, text: str) -> str:
     return _delta.render({"id": message_id, "offset": offset, "text": text}).strip()
+
+
+@dataclass
+class Page:
+    """The newest messages of a list that fit a budget, rendered, oldest first."""
+
+    articles: list[str]
+    shown: list[Message]
+    has_older: bool
+
+    @property
+    def oldest_seq(self) -> int:
+        return self.shown[0].seq if self.shown else 0
+
+
+def _tail_start(text: str, room: int) -> int:
+    """The smallest start whose tail of `text`, escaped, fits `room` bytes."""
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if size(html_lib.escape(text[mid:])) <= room:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def fit(
+    messages: Sequence[Message],
+    room: int,
+    *,
+    has_older: bool,
+    live_texts: dict[int, str] | None = None,
+    states: dict[int, str] | None = None,
+) -> Page:
+    """The newest of `messages` (oldest first) whose articles fit `room` bytes.
+
+    Replies streaming here (`live_texts`) come first: every message from the oldest of
+    them on is shown, the others at least compact (a "show all" button), so the list has
+    no hole; each live text, newest first, is shown whole if it fits what is left of half
+    the budget, else its tail. Then,
+    newest first, messages get their full article (cut to an excerpt over ARTICLE_BYTES)
+    while they fit; the first that does not ends the page."""
+    live_texts = live_texts or {}
+    states = states or {}
+    limit = budget("ARTICLE_BYTES")
+    n = len(messages)
+    live = [i for i, m in enumerate(messages) if m.id in live_texts]
+    chosen: dict[int, str] = {}
+    for i in range(live[0] if live else n, n):
+        if messages[i].id not in live_texts:
+            chosen[i] = article(messages[i], compact=True)
+    used = sum(size(a) for a in chosen.values())
+    live_room = room // 2  # for live text: the newest messages keep the other half
+    for i in reversed(live):
+        m, text = messages[i], live_texts[messages[i].id]
+        state = states.get(m.id, "")
+        frame = size(article(m, live_text="", live_from=len(text), state=state))
+        avail = min(live_room, room - used - frame)
+        start = 0 if size(html_lib.escape(text)) <= avail else _tail_start(text, avail)
+        chosen[i] = article(m, live_text=text[start:], live_from=start, state=state)
+        live_room -= size(chosen[i]) - frame
+        used += size(chosen[i])
+    first = live[0] if live else n
+    for i in reversed(range(n)):
+        if messages[i].id in live_texts:
+            continue
+        full = article(messages[i], limit=limit)
+        extra = size(full) - (size(chosen[i]) if i in chosen else 0)
+        if used + extra > room:
+            break
+        chosen[i], used, first = full, used + extra, min(first, i)
+    return Page([chosen[i] for i in range(first, n)], list(messages[first:]), has_older or first > 0)
 
 
 def frame_snapshot(
@@ -46,20 +198,29 @@ def frame_snapshot(
     has_older: bool,
     room_slug: str,
     states: dict[int, str] | None = None,
-) -> str:
-    """The room's recent messages, replacing the list: the first frame after (re)connect.
-    `states` are the labels of streaming replies ("queued (2 ahead)")."""
-    states = states or {}
-    items = [(m, live_texts.get(m.id), states.get(m.id, "")) for m in messages]
-    return _messages.render(
-        {
-            "items": items,
-            "mode": "replace",
-            "has_older": has_older,
-            "room_slug": room_slug,
-            "oldest_seq": messages[0].seq if messages else 0,
-        }
-    ).strip()
+    members_html: str = "",
+) -> tuple[str, Page]:
+    """The room's recent messages, replacing the list: the first frame after (re)connect,
+    sent with `members_html`; together they fit SNAPSHOT_BYTES. `states` are the labels
+    of streaming replies ("queued (2 ahead)")."""
+    context = {"mode": "replace", "has_older": True, "room_slug": room_slug, "oldest_seq": 2**62, "articles": []}
+    shell = size(_messages.render(context).strip())
+    room = budget("SNAPSHOT_BYTES") - shell - size(members_html)
+    page = fit(messages, room, has_older=has_older, live_texts=live_texts, states=states)
+    context.update(has_older=page.has_older, oldest_seq=page.oldest_seq, articles=page.articles)
+    return _messages.render(context).strip(), page
+
+
+def history_page(messages: Sequence[Message], *, has_older: bool) -> Page:
+    """A page of history (the room page's list, an "older messages" page) within the
+    snapshot's budget."""
+    return fit(messages, budget("SNAPSHOT_BYTES") - 1 * KIB, has_older=has_older)
+
+
+def older_page(page: Page, slug: str) -> str:
+    return _older_page.render(
+        {"articles": page.articles, "has_older": page.has_older, "oldest_seq": page.oldest_seq, "slug": slug}
+    )
 
 
 def frame_state(message_id: int, text: str) -> str:
@@ -71,5 +232,16 @@ def frame_error(code: str, text: str) -> str:
     return _error.render({"code": code, "text": text}).strip()
 
 
+def members_listed(members: Sequence[dict[str, object]]) -> tuple[list[dict[str, object]], int]:
+    """At most MEMBERS_LISTED members, online ones first, in their order; and how many
+    more there are."""
+    cap = budget("MEMBERS_LISTED")
+    if len(members) <= cap:
+        return list(members), 0
+    keep = {id(p) for p in sorted(members, key=lambda p: not p["online"])[:cap]}
+    return [p for p in members if id(p) in keep], len(members) - cap
+
+
 def frame_members(members: Sequence[dict[str, object]]) -> str:
-    return _members.render({"members": members, "oob": True}).strip()
+    listed, more = members_listed(members)
+    return _members.render({"members": listed, "more": more, "oob": True}).strip()

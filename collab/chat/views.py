@@ -23,11 +23,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from collab.chat import shared
+from collab.chat import rendering, shared
 from collab.chat.actions import providers, snapshot
 from collab.chat.actions import rooms as room_actions
 from collab.chat.errors import ClientError
-from collab.chat.models import Assistant, Membership, Room
+from collab.chat.models import Assistant, Membership, Message, Room
 
 
 @login_not_required
@@ -88,17 +88,21 @@ def _membership(request: HttpRequest, slug: str) -> Membership:
 def room(request: HttpRequest, slug: str) -> HttpResponse:
     membership = _membership(request, slug)
     the_room = membership.room
-    recent, has_older = snapshot.older_messages(the_room, before_seq=2**62)
+    recent = snapshot.history(the_room)
+    members, members_more = rendering.members_listed(
+        room_actions.members_of(the_room.id, shared.online_sync(the_room.id))
+    )
     return render(
         request,
         "chat/room.html",
         {
             "room": the_room,
             "membership": membership,
-            "recent": recent,
-            "has_older": has_older,
-            "oldest_seq": recent[0].seq if recent else 0,
-            "members": room_actions.members_of(the_room.id, shared.online_sync(the_room.id)),
+            "recent": recent.articles,
+            "has_older": recent.has_older,
+            "oldest_seq": recent.oldest_seq,
+            "members": members,
+            "members_more": members_more,
             "assistants": the_room.assistants.all(),
             "room_cost": providers.room_cost(the_room.id),
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
@@ -113,12 +117,18 @@ def room_older(request: HttpRequest, slug: str) -> HttpResponse:
         before = int(request.GET.get("before", ""))
     except ValueError:
         return HttpResponse("before must be a number", status=400)
-    older, has_older = snapshot.older_messages(membership.room, before)
-    return render(
-        request,
-        "chat/_older_page.html",
-        {"messages": older, "has_older": has_older, "oldest_seq": older[0].seq if older else 0, "slug": slug},
-    )
+    return HttpResponse(rendering.older_page(snapshot.history(membership.room, before), slug))
+
+
+@require_GET
+def message_full(request: HttpRequest, slug: str, message_id: int) -> HttpResponse:
+    """One message's article whole, for its "show all" button (a snapshot, a page of
+    history or a `final` frame showed it cut). Members of its room only."""
+    membership = _membership(request, slug)
+    message = Message.objects.filter(room_id=membership.room_id, pk=message_id).first()
+    if message is None:
+        raise Http404("No such message in this room.")
+    return HttpResponse(rendering.article(message))
 
 
 @require_http_methods(["GET", "POST"])

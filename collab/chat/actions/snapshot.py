@@ -24,8 +24,11 @@ def _recent(room_id: int, before_seq: int | None = None) -> tuple[list[Message],
     return page[:limit][::-1], len(page) > limit
 
 
-def older_messages(room: Room, before_seq: int) -> tuple[list[Message], bool]:
-    return _recent(room.id, before_seq)
+def history(room: Room, before_seq: int | None = None) -> rendering.Page:
+    """A page of history before `before_seq` (None: the newest), within its byte budget:
+    its oldest messages may be left for the next page."""
+    messages, has_older = _recent(room.id, before_seq)
+    return rendering.history_page(messages, has_older=has_older)
 
 
 async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, float]]:
@@ -39,6 +42,12 @@ async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, fl
     queued pieces below L are dropped (floor L). A reply not begun yet has floor 0 (all
     its pieces follow); every other message takes no piece at all (floor = inf) and only
     a whole `final` article replaces it.
+
+    Both frames together fit the snapshot's byte budget (rendering.py): the newest
+    messages that fit, long ones cut, the rest reachable as older pages. A streaming
+    reply is always shown with `data-length` = L; a very long one only from character
+    `data-from` on, which keeps L and the offsets that follow exact. Messages left out
+    keep their floor (infinity): a `final` for them finds no article and changes nothing.
     """
     messages, has_older = await database_sync_to_async(_recent)(room_id)
     state = shared.backend()
@@ -59,5 +68,8 @@ async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, fl
             live_texts[m.id] = view.text
             states[m.id] = view.state
             floors[m.id] = len(view.text)
-    html = rendering.frame_snapshot(messages, live_texts, has_older=has_older, room_slug=room_slug, states=states)
-    return html, rendering.frame_members(members), floors
+    members_html = rendering.frame_members(members)
+    html, _page = rendering.frame_snapshot(
+        messages, live_texts, has_older=has_older, room_slug=room_slug, states=states, members_html=members_html
+    )
+    return html, members_html, floors
