@@ -165,21 +165,46 @@ http {{
 """
 
 
+# Django's own mark of a key nobody chose: `check --deploy` warns about it (security.W009).
+LOCAL_KEY_PREFIX = "django-insecure-"
+
+
+def local_state_dir() -> Path:
+    return Path(os.environ.get("COLLAB_STATE_DIR") or BASE_DIR / ".cache")
+
+
 def local_secret_key(state_dir: Path) -> str:
     """The secret key `make run` signs sessions with when DJANGO_SECRET_KEY is not set:
     made once and kept in the local state folder (never in the repository, readable by
-    its owner only), so a restart logs nobody out."""
+    its owner only), so a restart logs nobody out. Marked "django-insecure-", so that
+    `manage.py check --deploy` says it is no production key."""
     path = state_dir / "secret_key"
     if path.exists():
         key = path.read_text().strip()
         if len(key) >= 50:
             return key
     state_dir.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_urlsafe(50)
+    key = LOCAL_KEY_PREFIX + secrets.token_urlsafe(50)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(key + "\n")
     return key
+
+
+def use_local_secret_key() -> Path | None:
+    """manage.py, before the settings load: with DJANGO_SECRET_KEY unset, put the local
+    key (above) in the environment, where the settings and every process started from
+    here (`serve`'s workers) find it. Returns the key's file, or None when the variable
+    was set or no key can be kept (a read-only checkout: the settings then refuse,
+    naming the variable). A server started on collab.asgi never comes through here."""
+    if os.environ.get("DJANGO_SECRET_KEY"):
+        return None
+    state = local_state_dir()
+    try:
+        os.environ["DJANGO_SECRET_KEY"] = local_secret_key(state)
+    except OSError:
+        return None
+    return state / "secret_key"
 
 
 def nginx_state_dir(port: int) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -30,13 +31,33 @@ def env_int(name: str, default: int) -> int:
     return int(raw) if raw not in (None, "") else default
 
 
+def env_flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: write 1 or 0.")
+
+
 DEBUG = env("DJANGO_DEBUG") == "1"
-# A fixed development key only while DEBUG is on; production must set one.
-SECRET_KEY = env("DJANGO_SECRET_KEY") or ("collab-dev-only-insecure-key" if DEBUG else "")
+# The key signs sessions and CSRF tokens: it comes from the environment, the same on every
+# process. Who sets it: the operator (production), manage.py (every command, `make run`
+# included: the key kept in .cache/secret_key, collab/deploy.py), the test suite
+# (tests/environment.py). A server started on collab.asgi without it refuses to start;
+# only DJANGO_DEBUG=1 falls back to a fixed development key ("django-insecure-": `check
+# --deploy` flags it).
+SECRET_KEY = env("DJANGO_SECRET_KEY")
 if not SECRET_KEY:
-    # Not DEBUG and no key: a per-process random key still lets `make run` work on one
-    # process; sessions then do not survive a restart, which the README says.
-    SECRET_KEY = os.urandom(32).hex()
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. Set it in the environment of every server process, the "
+            "same on all (e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(50))'); "
+            "see README.md, Deploying. `make run` and manage.py keep a local one in .cache/secret_key."
+        )
+    SECRET_KEY = "django-insecure-collab-development-only"
 
 ALLOWED_HOSTS = [h.strip() for h in env("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o for o in env("CSRF_TRUSTED_ORIGINS").split(",") if o]
@@ -169,8 +190,26 @@ AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
 AXES_VERBOSE = False
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
-SESSION_COOKIE_SECURE = env("COLLAB_SECURE_COOKIES") == "1"
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# --- HTTPS ----------------------------------------------------------------------
+# COLLAB_HTTPS: the site is served over HTTPS, here or by a proxy in front (deploy/nginx.conf
+# sets X-Forwarded-Proto; Daphne's --proxy-headers reads it too). On by default, off with
+# DJANGO_DEBUG=1; plain-http runs say COLLAB_HTTPS=0 (`manage.py serve`, the test suite
+# and the load test do, on loopback). On: http redirects to https (but /healthz and
+# /metrics, which local checks call on a worker's port), cookies are Secure, HSTS for a year.
+COLLAB_HTTPS = env_flag("COLLAB_HTTPS", default=not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = COLLAB_HTTPS
+if COLLAB_HTTPS:
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+    # Trusted only because every worker listens on loopback behind nginx, which sets the
+    # header on every request (never passing on the client's own).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = 365 * 24 * 3600
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    # The preload flag only allows a submission to the browsers' list (by the domain's
+    # owner, at hstspreload.org); it submits nothing.
+    SECURE_HSTS_PRELOAD = True
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -202,6 +202,7 @@ class Stack:
                 "COLLAB_POST_REFILL_S": "0.001",
                 "COLLAB_LOG_LEVEL": "WARNING",
                 "ALLOWED_HOSTS": "127.0.0.1,localhost",
+                "COLLAB_HTTPS": "0",  # plain http on loopback
                 "COLLAB_STATIC_ROOT": str(self.workdir / "static"),
             }
         )

@@ -86,14 +86,13 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGHUP, lambda *_: sys.exit(0))
-        if not os.environ.get("DJANGO_SECRET_KEY"):
-            # Without one, each process would draw its own random key: every restart would
-            # log everyone out, and a session made by one worker is "corrupted" for another.
-            state = Path(os.environ.get("COLLAB_STATE_DIR") or settings.BASE_DIR / ".cache")
-            os.environ["DJANGO_SECRET_KEY"] = deploy.local_secret_key(state)
-            self.stdout.write(
-                f"Sessions are signed with the key kept in {state / 'secret_key'} (DJANGO_SECRET_KEY unset)."
-            )
+        # Every process started here signs with this one's key (manage.py took the one kept
+        # in .cache/secret_key if DJANGO_SECRET_KEY was unset), and speaks plain http.
+        os.environ.setdefault("DJANGO_SECRET_KEY", settings.SECRET_KEY)
+        os.environ.setdefault("COLLAB_HTTPS", "0")
+        key_file = deploy.local_state_dir() / "secret_key"
+        if key_file.is_file() and key_file.read_text().strip() == settings.SECRET_KEY:
+            self.stdout.write(f"Sessions are signed with the key kept in {key_file} (DJANGO_SECRET_KEY unset).")
         try:
             self.start_model(children, opts["model"])
             self.stdout.write("Preparing the database ...")
