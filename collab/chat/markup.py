@@ -8,6 +8,7 @@ Fenced code is highlighted by Pygments into <span class> markup that nh3 keeps.
 from __future__ import annotations
 
 import html as html_lib
+import re
 from typing import Any
 
 import nh3
@@ -62,9 +63,14 @@ _ATTRIBUTES = {
 }
 
 
+# A lone surrogate is no Unicode text (a model's stream can hold one, JSON-escaped): nh3
+# refuses it with UnicodeEncodeError. Shown as U+FFFD, the replacement character.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def render_markdown(text: str) -> str:
     """Sanitised HTML for `text`. Safe to mark safe in a template."""
-    raw = _md.render(text)
+    raw = _md.render(_LONE_SURROGATE.sub("\ufffd", text))
     return nh3.clean(
         raw,
         tags=_TAGS,
