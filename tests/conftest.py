@@ -78,12 +78,17 @@ def sim_url(sim: tuple[str, Any]) -> str:
 # --- channel layers -----------------------------------------------------------------------
 
 
+# The layers collab offers (settings.py): in-memory, and on Redis channels_redis's pub/sub
+# layer (COLLAB_REDIS_LAYER=pubsub, the default) or its list-based one (=core).
+REDIS_BACKENDS = {
+    "redis": "channels_redis.pubsub.RedisPubSubChannelLayer",
+    "redis-core": "channels_redis.core.RedisChannelLayer",
+}
+
+
 def _layer_config(kind: str, prefix: str) -> dict[str, Any]:
-    if kind == "redis":
-        return {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [require_redis()], "prefix": prefix},
-        }
+    if kind in REDIS_BACKENDS:
+        return {"BACKEND": REDIS_BACKENDS[kind], "CONFIG": {"hosts": [require_redis()], "prefix": prefix}}
     return {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 5000}}
 
 
@@ -92,7 +97,7 @@ def _use_layer(settings: Any, kind: str) -> None:
     Redis under a prefix of this test's own, or both in this process's memory."""
     prefix = f"t{uuid.uuid4().hex[:8]}"
     settings.CHANNEL_LAYERS = {"default": _layer_config(kind, prefix)}
-    settings.COLLAB_SHARED_REDIS_URL = settings.REDIS_URL = REDIS_URL if kind == "redis" else ""
+    settings.COLLAB_SHARED_REDIS_URL = settings.REDIS_URL = REDIS_URL if kind in REDIS_BACKENDS else ""
     settings.COLLAB_REDIS_PREFIX = f"{prefix}:"
     channel_layers.backends.clear()
 
@@ -107,7 +112,7 @@ def _one_process_per_test() -> Iterator[None]:
     shared.reset_memory()
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=["memory", *(pytest.param(kind, marks=pytest.mark.redis) for kind in REDIS_BACKENDS)])
 def layer(request: pytest.FixtureRequest, settings: Any) -> Iterator[str]:
     _use_layer(settings, request.param)
     yield request.param

@@ -3,15 +3,20 @@ reconnects, stop and regenerate, with the in-memory layer and a real Redis."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connection
 
+from collab.chat.actions import posting
 from collab.chat.generation import registry
 from collab.chat.models import Message
 from collab.loadtest.frames import Frames
-from tests.conftest import World, all_final, connected, member, reply_ids
+from tests.conftest import Member, World, all_final, connected, member, reply_ids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer", "replies_idle")]
 
@@ -34,6 +39,7 @@ def assert_integrity(frames: Frames, stored: dict[int, Message]) -> None:
     for msg_id, reply in frames.replies.items():
         if reply.role != "assistant":
             continue
+        assert reply.unescaped == 0, msg_id  # TEXT as sent is HTML-escaped (checked before unescaping)
         assert (reply.lost, reply.duplicated, reply.out_of_order) == (0, 0, 0), msg_id
         assert reply.text == stored[msg_id].text, msg_id
 
@@ -154,6 +160,11 @@ async def test_rate_limit(world: World, settings: object) -> None:
 
 
 async def test_two_assistants_stream_in_parallel_to_two_members(world: World) -> None:
+    # Slow replies (~0.4 s, a dozen pieces): a fast one is two pieces in 40 ms, and one
+    # piece held up ~25 ms in a loaded Redis (the list-based layer takes 3 round trips per
+    # group_send) was enough to show both of A's pieces before B's first.
+    await slow(world, "a")
+    await slow(world, "b")
     async with member(world.alice) as alice, member(world.bob) as bob:
         await alice.post("@a @b hello")
         for m in (alice, bob):
@@ -199,6 +210,40 @@ async def test_reply_outlives_the_askers_socket(world: World) -> None:
     reply = next(x for x in stored.values() if x.role == "assistant")
     assert reply.status == "done"
     assert_integrity(bob.frames, stored)
+
+
+MARKUP_TOKENS = ["Tom", " &", " Jerry", " say", " <hi>", " &amp;", " a<b>c", " &#39;", ' "q"', " 1 > 0", ".\n\n"]
+
+
+@pytest.fixture
+def markup_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The simulated model (in this process) answering with `<`, `>`, `&` and entities."""
+    from collab.simulator import app
+
+    def tokens(messages: object, seed: int = 0, model: str = "sim", n: int = 120) -> Iterator[str]:
+        return iter((MARKUP_TOKENS * (n // len(MARKUP_TOKENS) + 1))[:n])
+
+    monkeypatch.setattr(app, "iter_tokens", tokens)
+    return MARKUP_TOKENS
+
+
+async def test_reply_text_is_escaped_in_pieces_and_snapshots(world: World, markup_model: list[str]) -> None:
+    """TEXT is HTML-escaped (WIRE.md), in a piece and in a streaming reply's snapshot: the
+    client's checker reads each as sent before unescaping, so text with `<hi>` or a bare
+    `&` sent raw is caught even though it would unescape to the same characters."""
+    await slow(world)
+    async with member(world.alice) as alice:
+        await alice.post("@a say something with markup")
+        await alice.until(lambda f: any(r.role == "assistant" and r.pieces >= 2 for r in f.replies.values()))
+        async with member(world.bob) as late:  # joins mid-reply: the text so far in its snapshot
+            [reply] = [r for r in late.frames.replies.values() if r.role == "assistant"]
+            assert reply.status == "streaming" and "<hi>" in reply.text
+            await late.until(lambda f: all_final(f, 1))
+        await alice.until(lambda f: all_final(f, 1))
+    stored = {x.id: x for x in await amessages()}
+    assert "<hi> &amp; a<b>c" in stored[reply.id].text
+    assert_integrity(alice.frames, stored)
+    assert_integrity(late.frames, stored)
 
 
 async def test_reconnect_mid_reply_continues_from_the_snapshot(world: World) -> None:
@@ -320,16 +365,67 @@ async def test_logging_out_closes_that_sessions_sockets_only(world: World) -> No
         await other_browser.assert_silent()  # bob's other session stays open
 
 
-async def test_concurrent_posts_get_distinct_increasing_seqs(world: World) -> None:
+def _post_from_elsewhere(world: World, n: int, started: threading.Event) -> Iterator[None]:
+    """Another writer of the room (as another server process would be): its own thread
+    and database connection, posting `n` messages while the test runs."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            started.wait(10)
+            for i in range(n):
+                posting.store_post(world.bob.pk, world.room.pk, f"elsewhere {i}", None)
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    yield
+    thread.join(30)
+    assert not thread.is_alive() and not failures, failures
+
+
+async def test_every_member_sees_every_message_at_its_stored_seq(world: World) -> None:
+    """Two members post at once over their sockets (every third post mentions @a: its reply
+    takes the next seq), while another writer posts straight to the database. Stored, the
+    seqs of all writers together are 1..N, none shared, none skipped, each reply right
+    after its post; each socket's posts are in the order it sent them. On the wire, each
+    member is shown every message of the sockets once, under the seq it was stored with,
+    and a member who connects afterwards gets all N in seq order."""
+    started = threading.Event()
+    elsewhere = _post_from_elsewhere(world, 6, started)
+    next(elsewhere)
+    texts = {"alice": [f"alice {i}" for i in range(6)], "bob": [f"bob {i}" for i in range(6)]}
+    texts = {who: [f"@a {t}" if i % 3 == 0 else t for i, t in enumerate(ts)] for who, ts in texts.items()}
     async with member(world.alice) as alice, member(world.bob) as bob:
-        for i in range(6):
-            await alice.post(f"alice {i}")
-            await bob.post(f"bob {i}")
-        await alice.until(lambda f: len(reply_ids(f, "user")) == 12)
+
+        async def send(m: Member, who: str) -> None:
+            for text in texts[who]:
+                await m.post(text)
+
+        started.set()
+        await asyncio.gather(send(alice, "alice"), send(bob, "bob"))
+        for m in (alice, bob):
+            await m.until(lambda f: len(reply_ids(f, "user")) == 12 and all_final(f, 4))
+    next(elsewhere, None)
     stored = await amessages()
-    assert [x.seq for x in stored] == list(range(1, 13))
-    seqs_seen = [alice.frames.replies[i].seq for i in sorted(alice.frames.replies)]
-    assert seqs_seen == sorted(seqs_seen)
+    seqs = [x.seq for x in stored]
+    assert seqs == list(range(1, 6 + 12 + 4 + 1))
+    by_seq = {x.seq: x for x in stored}
+    for x in stored:
+        if x.role == "user" and x.text.startswith("@a"):
+            assert by_seq[x.seq + 1].role == "assistant", x.text
+    for who, sent in texts.items():
+        own = [x.seq for x in stored if x.role == "user" and x.author_name == who and not x.text.startswith("else")]
+        assert [by_seq[s].text for s in own] == sent  # in the order sent
+    socket_messages = {x.id: x.seq for x in stored if not x.text.startswith("elsewhere")}
+    for m in (alice, bob):
+        assert {i: r.seq for i, r in m.frames.replies.items()} == socket_messages
+    async with member(world.alice) as late:
+        assert [r.seq for r in late.frames.replies.values()] == seqs
+        assert {i: r.seq for i, r in late.frames.replies.items()} == {x.id: x.seq for x in stored}
 
 
 async def test_a_sockets_actions_apply_in_the_order_sent(world: World) -> None:
