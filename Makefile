@@ -53,9 +53,13 @@ test: install-local
 test-sqlite: install-local
 	$(BIN)/pytest
 
+# The database tests, and Daphne end to end (tests/test_e2e.py, on a throwaway database
+# of that server). Not repeated here: the e2e tests on Redis (several Daphne processes
+# already run on PostgreSQL in the first pass, tests/cluster.py; `serve` runs its own
+# SQLite), the load test and the local model.
 test-postgres: install
 	@if $(BIN)/python -m collab.dbcheck "$(TEST_DATABASE_URL)"; then \
-		DATABASE_URL="$(TEST_DATABASE_URL)" $(BIN)/pytest -m "not e2e and not loadtest" ; \
+		DATABASE_URL="$(TEST_DATABASE_URL)" $(BIN)/pytest -m "not loadtest and not localmodel and not (e2e and redis)" ; \
 	elif [ -n "$$CI" ]; then echo "PostgreSQL is required in CI: $(TEST_DATABASE_URL) does not answer" && exit 1; \
 	else echo "skipping the PostgreSQL pass: $(TEST_DATABASE_URL) does not answer"; fi
 

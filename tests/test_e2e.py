@@ -124,22 +124,49 @@ class Server:
     env: dict[str, str]
 
 
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """The database Daphne runs on: in the PostgreSQL pass (DATABASE_URL set, `make
+    test-postgres`) a throwaway database on that server, else a SQLite file of its own.
+    Yields the vendor Django must report and the environment that selects it."""
+    server = os.environ.get("DATABASE_URL", "")
+    if not server:
+        yield "sqlite", {"COLLAB_SQLITE_PATH": str(tmp_path / "e2e.sqlite3")}
+        return
+    from tests.cluster import throwaway_database  # imports this module: not at the top
+
+    # Created from the server's maintenance database: DATABASE_URL's own need not exist
+    # (the tests' database is test_<its name>).
+    maintenance = urllib.parse.urlsplit(server)._replace(path="/postgres").geturl()
+    with throwaway_database(maintenance) as url:
+        yield "postgresql", {"DATABASE_URL": url}
+
+
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def daphne(request: pytest.FixtureRequest, recorded_sim: tuple[str, Recorder], tmp_path: Path) -> Iterator[Server]:
+def daphne(
+    request: pytest.FixtureRequest, recorded_sim: tuple[str, Recorder], database: tuple[str, dict[str, str]]
+) -> Iterator[Server]:
+    vendor, database_env = database
     env = {
         **os.environ,
-        "COLLAB_SQLITE_PATH": str(tmp_path / "e2e.sqlite3"),
         "COLLAB_LLM_BASE_URL": recorded_sim[0],
         "COLLAB_LLM_MODEL": "sim",
         "DJANGO_SETTINGS_MODULE": "collab.settings",
     }
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
+    env.update(database_env)
     if request.param == "redis":
         env["REDIS_URL"] = require_redis()
+        # Keys of this run only: a fresh database numbers its replies from 1 again, and a
+        # reply of an earlier run stays "ended" in Redis for a minute (shared.KEEP_ENDED_S),
+        # which would silence this run's reply of the same id.
+        env["COLLAB_REDIS_PREFIX"] = f"e2e{uuid.uuid4().hex[:8]}:"
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
-    subprocess.run([*manage, "shell", "-c", SETUP], env=env, check=True, cwd=ROOT)
+    setup = SETUP + "from django.db import connection\nprint('vendor', connection.vendor)\n"
+    out = subprocess.run([*manage, "shell", "-c", setup], env=env, check=True, cwd=ROOT, capture_output=True, text=True)
+    assert f"vendor {vendor}" in out.stdout.splitlines(), out.stdout + out.stderr  # the database meant
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"],
@@ -219,7 +246,7 @@ async def test_two_members_see_two_parallel_replies(daphne: Server, recorded_sim
         seen = {i: r for i, r in frames.replies.items() if r.role == "assistant"}
         assert set(seen) == set(stored)
         for msg_id, reply in seen.items():
-            assert (reply.lost, reply.duplicated, reply.out_of_order) == (0, 0, 0)
+            assert (reply.lost, reply.duplicated, reply.out_of_order, reply.unescaped) == (0, 0, 0, 0)
             assert reply.text == stored[msg_id]["text"]
             assert reply.final_attrs["data-status"] == "done" == stored[msg_id]["status"]
             assert reply.pieces > 1
