@@ -7,9 +7,9 @@ MAX_BYTES; past that the socket is closed with 4408 and its page reconnects and 
 from its snapshot. Nothing here waits for a client: one slow member never holds up the
 room, and its backlog costs the server at most the bound.
 
-The pause/resume signals are Twisted's producer interface, which autobahn (Daphne's
-WebSocket protocol) exposes as `registerProducer`. Under another server (or the
-test communicator) there is no such signal and frames are simply sent.
+The pause/resume signals are Twisted's producer interface (IConsumer.registerProducer on
+the socket's TCP connection, under Daphne). Under another server (or the test
+communicator) there is no such signal and frames are simply sent.
 """
 
 from __future__ import annotations
@@ -47,12 +47,17 @@ class Outbox:
     def watch(self, send: object) -> bool:
         """Ask the connection behind an ASGI `send` to pause and resume this outbox."""
         protocol = _connection_of(send)
-        if protocol is None:
+        transport = getattr(protocol, "transport", None)
+        if transport is None or not hasattr(transport, "registerProducer"):
             return False
         try:
-            protocol.registerProducer(self, True)
-        except Exception:  # another producer holds it: send without flow control
-            log.debug("no flow control for this socket", exc_info=True)
+            # The HTTP channel that upgraded this socket is still registered as the
+            # connection's producer; it reads nothing any more, and a connection has one.
+            if getattr(transport, "producer", None) is not None:
+                transport.unregisterProducer()
+            transport.registerProducer(self, True)
+        except Exception:
+            log.warning("no flow control for this socket: it is never cut for being slow", exc_info=True)
             return False
         self.flow_control = True
         return True
