@@ -4,9 +4,11 @@ reconnects, stop and regenerate, with the in-memory layer and a real Redis."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
@@ -365,14 +367,16 @@ async def test_logging_out_closes_that_sessions_sockets_only(world: World) -> No
         await other_browser.assert_silent()  # bob's other session stays open
 
 
-def _post_from_elsewhere(world: World, n: int, started: threading.Event) -> Iterator[None]:
-    """Another writer of the room (as another server process would be): its own thread
-    and database connection, posting `n` messages while the test runs."""
+@contextlib.contextmanager
+def posting_from_elsewhere(world: World, n: int) -> Iterator[threading.Event]:
+    """Another writer of the room (as another server process would be): its own thread and
+    database connection, posting `n` messages once the event it yields is set."""
+    started = threading.Event()
     failures: list[BaseException] = []
 
     def run() -> None:
         try:
-            started.wait(10)
+            started.wait()
             for i in range(n):
                 posting.store_post(world.bob.pk, world.room.pk, f"elsewhere {i}", None)
         except BaseException as exc:
@@ -382,8 +386,11 @@ def _post_from_elsewhere(world: World, n: int, started: threading.Event) -> Iter
 
     thread = threading.Thread(target=run)
     thread.start()
-    yield
-    thread.join(30)
+    try:
+        yield started
+    finally:
+        started.set()
+        thread.join(30)
     assert not thread.is_alive() and not failures, failures
 
 
@@ -394,22 +401,19 @@ async def test_every_member_sees_every_message_at_its_stored_seq(world: World) -
     after its post; each socket's posts are in the order it sent them. On the wire, each
     member is shown every message of the sockets once, under the seq it was stored with,
     and a member who connects afterwards gets all N in seq order."""
-    started = threading.Event()
-    elsewhere = _post_from_elsewhere(world, 6, started)
-    next(elsewhere)
     texts = {"alice": [f"alice {i}" for i in range(6)], "bob": [f"bob {i}" for i in range(6)]}
     texts = {who: [f"@a {t}" if i % 3 == 0 else t for i, t in enumerate(ts)] for who, ts in texts.items()}
-    async with member(world.alice) as alice, member(world.bob) as bob:
 
-        async def send(m: Member, who: str) -> None:
-            for text in texts[who]:
-                await m.post(text)
+    async def send(m: Member, who: str) -> None:
+        for text in texts[who]:
+            await m.post(text)
 
-        started.set()
-        await asyncio.gather(send(alice, "alice"), send(bob, "bob"))
-        for m in (alice, bob):
-            await m.until(lambda f: len(reply_ids(f, "user")) == 12 and all_final(f, 4))
-    next(elsewhere, None)
+    with posting_from_elsewhere(world, 6) as started:
+        async with member(world.alice) as alice, member(world.bob) as bob:
+            started.set()
+            await asyncio.gather(send(alice, "alice"), send(bob, "bob"))
+            for m in (alice, bob):
+                await m.until(lambda f: len(reply_ids(f, "user")) == 12 and all_final(f, 4))
     stored = await amessages()
     seqs = [x.seq for x in stored]
     assert seqs == list(range(1, 6 + 12 + 4 + 1))
@@ -472,8 +476,8 @@ async def test_sweep_interrupts_replies_no_process_runs(world: World) -> None:
 async def test_metrics_count_replies_frames_and_sockets(world: World) -> None:
     from collab.chat import metrics
 
-    def value(metric: object, *labels: str) -> float:
-        target = metric.labels(*labels) if labels else metric  # type: ignore[attr-defined]
+    def value(metric: Any, *labels: str) -> float:
+        target = metric.labels(*labels) if labels else metric
         return float(target._value.get())
 
     done, deltas, sockets = value(metrics.REPLIES, "done"), value(metrics.FRAMES, "delta"), value(metrics.SOCKETS)
