@@ -55,6 +55,9 @@ class MemoryState(SharedState):
             live.state = state
 
     async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str) -> None:
+        live = self._live.get(reply_id)
+        if live is not None and live.ended:
+            raise ReplyEnded(reply_id)
         self._live[reply_id] = _Live([text], state)
 
     async def uptime_s(self) -> float:

@@ -87,6 +87,20 @@ redis.call('APPEND', KEYS[1], ARGV[1])
 if ARGV[2] == '' then return 0 end
 return redis.call('PUBLISH', ARGV[2], ARGV[3])"""
 
+# KEYS[1] text, KEYS[2] hash, KEYS[3] leases; ARGV text, room, owner, state, keep_s, lease_s,
+# reply: the owner puts a live reply's record back whole; -1, and nothing done, if another
+# process has ended it meanwhile (a reply is never brought back to life).
+_RESTORE = (
+    _NOW
+    + """
+if redis.call('HEXISTS', KEYS[2], 'ended') == 1 then return -1 end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[5])
+redis.call('HSET', KEYS[2], 'room', ARGV[2], 'owner', ARGV[3], 'state', ARGV[4])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), ARGV[7])
+return 0"""
+)
+
 # KEYS[1] room zset: the members whose deadline has not passed ("user:socket").
 ONLINE = _NOW + "return redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')"
 
@@ -202,6 +216,7 @@ class RedisState(SharedState):
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._online = self.redis.register_script(ONLINE)
         self._append_publish = self.redis.register_script(_APPEND_PUBLISH)
+        self._restore = self.redis.register_script(_RESTORE)
 
     async def close(self) -> None:
         await self.redis.aclose()
@@ -215,6 +230,7 @@ class RedisState(SharedState):
         key = self._r(reply_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(key + ":t", "", ex=KEEP_LIVE_S)
+            pipe.delete(key)  # a new reply: nothing of an earlier one with this id (a fresh database) is kept
             pipe.hset(key, mapping={"room": room_id, "owner": owner, "state": ""})
             pipe.expire(key, KEEP_LIVE_S)
             await self._lease(keys=[self.p + "leases"], args=[LEASE_TTL_S, reply_id], client=pipe)
@@ -234,12 +250,9 @@ class RedisState(SharedState):
 
     async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str) -> None:
         key = self._r(reply_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(key + ":t", text, ex=KEEP_LIVE_S)
-            pipe.hset(key, mapping={"room": room_id, "owner": owner, "state": state})
-            pipe.expire(key, KEEP_LIVE_S)
-            await self._lease(keys=[self.p + "leases"], args=[LEASE_TTL_S, reply_id], client=pipe)
-            await pipe.execute()
+        args: list[str | int | float] = [text, room_id, owner, state, KEEP_LIVE_S, LEASE_TTL_S, reply_id]
+        if int(await self._restore(keys=[key + ":t", key, self.p + "leases"], args=args)) < 0:
+            raise ReplyEnded(reply_id)
 
     async def uptime_s(self) -> float:
         info = await self.redis.info("server")
