@@ -367,6 +367,24 @@ async def test_logging_out_closes_that_sessions_sockets_only(world: World) -> No
         await other_browser.assert_silent()  # bob's other session stays open
 
 
+async def test_a_session_that_expires_closes_its_sockets(world: World) -> None:
+    from datetime import timedelta
+
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    from tests.conftest import session_cookie
+
+    cookie = await database_sync_to_async(session_cookie)(world.bob)
+    soon = timezone.now() + timedelta(seconds=1)
+    await database_sync_to_async(Session.objects.filter(session_key=cookie).update)(expire_date=soon)
+    async with connected(world.bob, "lab", cookie=cookie) as (ok, _code, tab):
+        assert ok
+        await tab.until(lambda f: bool(f.errors), timeout=15)  # no action of bob's: the session's own end
+        assert tab.frames.errors[-1][0] == "session.ended"
+        assert (await tab.comm.receive_output(timeout=2))["code"] == 4403
+
+
 @contextlib.contextmanager
 def posting_from_elsewhere(world: World, n: int) -> Iterator[threading.Event]:
     """Another writer of the room (as another server process would be): its own thread and
