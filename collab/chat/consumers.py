@@ -133,7 +133,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
                     return
                 for reply_id in event.get("replies", ()):
                     floors[reply_id] = 0
-        await self.outbox.put(event["html"])
+        if not self.outbox.offer(event["html"]):
+            await self.outbox.put(event["html"])
 
     async def room_resync(self, event: SocketResync) -> None:
         """Frames were lost (the layer was away, or a piece skipped): the snapshot again.
