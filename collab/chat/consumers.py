@@ -65,7 +65,10 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.disconnect(1011)
             raise
         self._worker = asyncio.get_running_loop().create_task(self._work())
-        await self._watch_session()
+        try:
+            await self._watch_session()
+        except Exception:  # the socket works; only its expiry is not watched
+            log.warning("could not read when this socket's session expires", exc_info=True)
 
     async def _send_snapshot(self) -> None:
         """Join the room's groups, then send its snapshot. Joining first: every frame sent
@@ -125,7 +128,11 @@ class RoomConsumer(AsyncWebsocketConsumer):
                     if offset > floor:  # a piece never reached this socket: start again from a snapshot
                         await self.room_resync({"type": "room.resync"})
                         return
-                    floors[msg] = event["end"]
+                    end = event.get("end")  # absent from a process of an earlier release: stop checking
+                    if end is None:
+                        del floors[msg]
+                    else:
+                        floors[msg] = end
             elif kind == "final":
                 floors.pop(msg, None)
             elif kind == "new":
