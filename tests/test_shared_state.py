@@ -27,10 +27,10 @@ async def state(request: pytest.FixtureRequest, settings: Any) -> AsyncIterator[
 
 async def test_an_ended_reply_takes_no_piece_and_is_not_restored(state: SharedState) -> None:
     await state.begin(1, 10, "p1")
-    await state.append(1, "Hello")
+    await state.append(1, "Hello", 0)
     await state.end(1)
     with pytest.raises(ReplyEnded):
-        await state.append(1, " again")
+        await state.append(1, " again", 5)
     with pytest.raises(ReplyEnded):  # an owner back from an outage cannot revive it
         await state.restore(1, 10, "p1", "Hello again", "")
     view = (await state.read([1]))[1]
@@ -41,10 +41,10 @@ async def test_a_new_reply_does_not_inherit_an_ended_one_with_its_id(state: Shar
     """Ids come from the database: a fresh database numbers replies from 1 again while
     the last run's ended records are still kept (KEEP_ENDED_S)."""
     await state.begin(1, 10, "p1")
-    await state.append(1, "old text")
+    await state.append(1, "old text", 0)
     await state.end(1)
     await state.begin(1, 11, "p2")
-    await state.append(1, "new")
+    await state.append(1, "new", 0)
     view = (await state.read([1]))[1]
     assert (view.text, view.ended) == ("new", False)
     assert await state.leased([1]) == {1}
@@ -58,17 +58,38 @@ async def test_a_record_redis_lost_is_refused_until_restored_whole(settings: Any
     assert isinstance(state, RedisState)
     try:
         await state.begin(7, 10, "p1")
-        await state.append(7, "The first half, ")
+        await state.append(7, "The first half, ", 0)
         await state.redis.delete(state._r(7), state._r(7) + ":t", state.p + "leases")  # as after a restart
         with pytest.raises(StateLost):  # appending would start the text mid-way
-            await state.append(7, "the second half.")
+            await state.append(7, "the second half.", 16)
         assert await state.read([7]) == {}
         await state.restore(7, 10, "p1", "The first half, the second half.", "writing…")
-        await state.append(7, " The end.")
+        await state.append(7, " The end.", 32)
         view = (await state.read([7]))[7]
         assert view.text == "The first half, the second half. The end."
         assert view.state == "writing…"
         assert await state.leased([7]) == {7}  # its lease is back too: no sweep takes it for dead
+    finally:
+        await shared.reset()
+
+
+@pytest.mark.redis
+async def test_a_piece_is_recorded_once_and_only_where_the_owner_says(settings: Any) -> None:
+    """A retried call (its reply lost on the way) appends nothing twice; a text of another
+    length than the owner's (Redis reloaded an older copy) is refused, not extended."""
+    require_redis()
+    _use_layer(settings, "redis")
+    state = shared.backend()
+    assert isinstance(state, RedisState)
+    try:
+        await state.begin(8, 10, "p1")
+        await state.append(8, "héllo ", 0)
+        await state.append(8, "héllo ", 0)  # the same call again
+        assert (await state.read([8]))[8].text == "héllo "
+        await state.append(8, "wörld", 7)  # bytes: é is two
+        with pytest.raises(StateLost):
+            await state.append(8, "!", 3)  # the owner thinks the text is shorter: restore, not extend
+        assert (await state.read([8]))[8].text == "héllo wörld"
     finally:
         await shared.reset()
 

@@ -32,7 +32,7 @@ async def to_room(room_id: int, frame: RoomFrame) -> None:
     await _layer().group_send(room_group(room_id), frame)
 
 
-async def piece_to_room(room_id: int, reply_id: int, text: str, frame: RoomFrame) -> None:
+async def piece_to_room(room_id: int, reply_id: int, text: str, at_bytes: int, frame: RoomFrame) -> None:
     """A reply's piece: recorded in the shared state (its text so far), then sent to the
     room, in that order (docs/architecture.md, "reconnects"). On the Redis pub/sub layer
     with the shared state in the same Redis, both happen in one command: the channel
@@ -40,9 +40,9 @@ async def piece_to_room(room_id: int, reply_id: int, text: str, frame: RoomFrame
     metrics.FRAMES.labels(frame["kind"]).inc()
     state = shared.backend()
     target = _pubsub_target(room_id)
-    if target is not None and await state.append_and_publish(reply_id, text, target[0], target[1](frame)):
+    if target is not None and await state.append_and_publish(reply_id, text, at_bytes, target[0], target[1](frame)):
         return
-    await state.append(reply_id, text)
+    await state.append(reply_id, text, at_bytes)
     await _layer().group_send(room_group(room_id), frame)
 
 

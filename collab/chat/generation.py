@@ -272,6 +272,9 @@ class Registry:
     def ids(self) -> list[int]:
         return list(self._live)
 
+    def running(self) -> list[LiveReply]:
+        return list(self._live.values())
+
     def in_room(self, room_id: int) -> list[int]:
         return [i for i, live in self._live.items() if live.job.room_id == room_id]
 

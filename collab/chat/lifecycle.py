@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import sys
 from datetime import timedelta
@@ -39,6 +40,7 @@ from collab.chat.actions.providers import deployment_slots
 from collab.chat.events import PROCESSES_GROUP
 from collab.chat.generation import registry
 from collab.chat.models import Message
+from collab.chat.shared.base import LEASE_TTL_S
 
 log = logging.getLogger(__name__)
 
@@ -57,20 +59,21 @@ def _unleased_candidates(grace_s: float) -> list[int]:
 async def sweep_once(grace_s: float = ORPHAN_GRACE_S) -> list[int]:
     """Finish what dead processes left behind; returns the replies it interrupted."""
     state = shared.backend()
-    ended = []
+    ended: list[int] = []
+    # Leases are trusted only once their owners have had the time to renew them: right after
+    # Redis restarted (empty) every running reply looks unleased for a beat.
+    if await state.uptime_s() < RELEASE_AFTER_RESTART_S:
+        return ended
     for reply_id in await state.expired_leases():
         if registry.get(reply_id) is None:  # ours renew their lease; a stalled loop keeps them
             await replies.interrupt(reply_id)
             ended.append(reply_id)
-    # A reply with no lease is an orphan only if its owner had the time to renew it: right
-    # after Redis restarted (empty), every running reply looks unleased for a beat.
-    if await state.uptime_s() >= RELEASE_AFTER_RESTART_S:
-        candidates = [i for i in await database_sync_to_async(_unleased_candidates)(grace_s) if registry.get(i) is None]
-        leased = await state.leased(candidates)
-        for reply_id in candidates:
-            if reply_id not in leased:
-                await replies.interrupt(reply_id)
-                ended.append(reply_id)
+    candidates = [i for i in await database_sync_to_async(_unleased_candidates)(grace_s) if registry.get(i) is None]
+    leased = await state.leased(candidates)
+    for reply_id in candidates:
+        if reply_id not in leased:
+            await replies.interrupt(reply_id)
+            ended.append(reply_id)
     for room_id in await state.sweep_presence():
         await rooms.announce_members(room_id)
     if ended:
@@ -94,6 +97,7 @@ class Runtime:
         # itself through the layer comes back, when every open socket is sent its snapshot again.
         self.stale = False
         self._uptime: float | None = None
+        self._failed_at = -math.inf  # when a heartbeat last failed (loop time)
         self._control_channel: str | None = None
 
     def ensure_started(self) -> None:
@@ -142,15 +146,23 @@ class Runtime:
                 if not self.stale:
                     log.warning("heartbeat failed: %r; the sockets are resynced when it is back", exc)
                 self.stale = True
+                self._failed_at = asyncio.get_running_loop().time()
             await asyncio.sleep(HEARTBEAT_S)
 
     async def beat(self) -> None:
         state = shared.backend()
         uptime = await state.uptime_s()
-        if self._uptime is not None and uptime < self._uptime:  # restarted: it lost what it held
+        restarted = self._uptime is not None and uptime < self._uptime  # it lost what it held
+        if restarted:
             log.warning("the shared state restarted; restoring leases and presence, resyncing sockets")
             self.stale = True
         self._uptime = uptime
+        if self.stale:  # the replies' records first: the sockets' snapshots will read them
+            for live in registry.running():
+                restore = getattr(live.sink, "restore_shared", None)
+                if restore is not None and (restarted or getattr(live.sink, "lost", False)):
+                    with contextlib.suppress(shared.ReplyEnded):
+                        await restore()
         await state.renew_leases(registry.ids())
         sockets = [(room, user, name) for name, (room, user) in self.sockets.items()]
         for room_id in await state.renew_presence(sockets):
@@ -184,7 +196,10 @@ class Runtime:
     async def _sweeper(self) -> None:
         while True:
             try:
-                await sweep_once()
+                # Not while this process itself could not reach Redis lately: the other
+                # owners' leases may have run out for the same reason, and they still run.
+                if asyncio.get_running_loop().time() - self._failed_at > LEASE_TTL_S + 2 * HEARTBEAT_S:
+                    await sweep_once()
             except Exception:
                 log.warning("sweep failed", exc_info=True)
             await asyncio.sleep(SWEEP_S)

@@ -95,6 +95,7 @@ class RoomSink:
         self.pieces: list[str] = []
         self.label = ""
         self.lost = False  # the shared record is missing or stale: restore it before the next piece
+        self.shared_bytes = 0  # how much of the text (UTF-8) the shared record holds
         self._checkpoint_at = asyncio.get_running_loop().time()
         self._checkpoint: asyncio.Task[None] | None = None
 
@@ -121,12 +122,12 @@ class RoomSink:
         try:
             if not self.lost:
                 try:
-                    await broadcast.piece_to_room(room_id, reply_id, text, frame)
+                    await broadcast.piece_to_room(room_id, reply_id, text, self.shared_bytes, frame)
+                    self.shared_bytes += len(text.encode())
                     return
                 except shared.StateLost:
                     self.lost = True
-            await shared.backend().restore(reply_id, room_id, shared.PROCESS_ID, self.text, self.label)
-            self.lost = False
+            await self.restore_shared()
             log.warning("reply %s: shared record restored at %d characters", reply_id, len(self.text))
             await broadcast.to_room(room_id, frame)
         except shared.ReplyEnded:
@@ -137,6 +138,13 @@ class RoomSink:
             self.lost = True
         finally:
             self._maybe_checkpoint()
+
+    async def restore_shared(self) -> None:
+        """Put the reply's shared record back whole (Redis lost it, or holds another text)."""
+        text = self.text
+        await shared.backend().restore(self.job.message_id, self.job.room_id, shared.PROCESS_ID, text, self.label)
+        self.shared_bytes = len(text.encode())
+        self.lost = False
 
     def _maybe_checkpoint(self) -> None:
         loop = asyncio.get_running_loop()

@@ -47,11 +47,13 @@ class SharedState(ABC):
         """Before a reply is announced: its (empty) text, and its owner's lease."""
 
     @abstractmethod
-    async def append(self, reply_id: int, text: str) -> None:
+    async def append(self, reply_id: int, text: str, at_bytes: int) -> None:
         """A flushed piece, before it is broadcast: a member that reads the text after
-        joining the room's group gets every piece either here or from the group."""
+        joining the room's group gets every piece either here or from the group.
+        `at_bytes`: where it starts in the text's UTF-8; a text of another length is not
+        the owner's (StateLost), one that already ends with the piece takes it once."""
 
-    async def append_and_publish(self, reply_id: int, text: str, channel: str, payload: bytes) -> bool:
+    async def append_and_publish(self, reply_id: int, text: str, at_bytes: int, channel: str, payload: bytes) -> bool:
         """`append`, then PUBLISH `payload` on `channel`, in one step where the backend can
         (one Redis round trip); False when it cannot, and the caller publishes itself.
         Raises ReplyEnded if another process has ended the reply meanwhile."""

@@ -42,7 +42,7 @@ class MemoryState(SharedState):
     async def begin(self, reply_id: int, room_id: int, owner: str) -> None:
         self._live[reply_id] = _Live()
 
-    async def append(self, reply_id: int, text: str) -> None:
+    async def append(self, reply_id: int, text: str, at_bytes: int) -> None:
         live = self._live.get(reply_id)
         if live is not None and live.ended:
             raise ReplyEnded(reply_id)

@@ -23,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ConstantBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from collab.chat.shared.base import (
     KEEP_ENDED_S,
@@ -79,10 +80,15 @@ _LEASE = _NOW + "redis.call('ZADD', KEYS[1], now + tonumber(ARGV[1]), ARGV[2]) r
 # KEYS[1] the reply's text, KEYS[2] its hash; ARGV text, channel, payload: a piece recorded,
 # then published, in one command (the order a snapshot on another process relies on, in one
 # round trip); -1, and nothing done, once the reply has been ended (by another process).
-# -2, and nothing done, when the text is gone (Redis restarted): the owner restores it whole.
+# ARGV[4] is where the piece starts in the text's bytes: -2, and nothing done, when the text
+# is gone or not the owner's (Redis restarted, or reloaded an older copy): the owner restores
+# it whole; 0, and nothing done, when it already ends with this piece (a retried call).
 _APPEND_PUBLISH = """
 if redis.call('HEXISTS', KEYS[2], 'ended') == 1 then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
+local have, at = redis.call('STRLEN', KEYS[1]), tonumber(ARGV[4])
+if have == at + string.len(ARGV[1]) then return 0 end
+if have ~= at then return -2 end
 redis.call('APPEND', KEYS[1], ARGV[1])
 if ARGV[2] == '' then return 0 end
 return redis.call('PUBLISH', ARGV[2], ARGV[3])"""
@@ -198,10 +204,14 @@ def user_ids(members: Iterable[Any]) -> set[int]:
 
 class RedisState(SharedState):
     def __init__(self, url: str, prefix: str) -> None:
-        # One quick retry (a connection reset), not redis-py's default three with a backoff of
+        # One quick retry of a connection that failed (a pooled one Redis closed), none of a
+        # timeout (the command may have run), not redis-py's default three with a backoff of
         # seconds: while Redis is away every caller should learn it at once and carry on.
         self.redis = aioredis.Redis.from_url(
-            url, socket_connect_timeout=2, socket_timeout=5, retry=Retry(ConstantBackoff(0.05), 1)
+            url,
+            socket_connect_timeout=2,
+            socket_timeout=5,
+            retry=Retry(ConstantBackoff(0.05), 1, supported_errors=(RedisConnectionError,)),
         )
         self.p = prefix
         self._renew = self.redis.register_script(_RENEW)
@@ -236,12 +246,12 @@ class RedisState(SharedState):
             await self._lease(keys=[self.p + "leases"], args=[LEASE_TTL_S, reply_id], client=pipe)
             await pipe.execute()
 
-    async def append(self, reply_id: int, text: str) -> None:
-        await self.append_and_publish(reply_id, text, "", b"")
+    async def append(self, reply_id: int, text: str, at_bytes: int) -> None:
+        await self.append_and_publish(reply_id, text, at_bytes, "", b"")
 
-    async def append_and_publish(self, reply_id: int, text: str, channel: str, payload: bytes) -> bool:
+    async def append_and_publish(self, reply_id: int, text: str, at_bytes: int, channel: str, payload: bytes) -> bool:
         key = self._r(reply_id)
-        done = int(await self._append_publish(keys=[key + ":t", key], args=[text, channel, payload]))
+        done = int(await self._append_publish(keys=[key + ":t", key], args=[text, channel, payload, at_bytes]))
         if done == -1:
             raise ReplyEnded(reply_id)
         if done == -2:
