@@ -32,13 +32,16 @@ MAX_QUEUED_ACTIONS = 32  # a socket that sends faster than its actions run is to
 class RoomConsumer(AsyncWebsocketConsumer):
     room_id: int | None = None
     user_id: int | None = None
+    outbox: Outbox
+    _worker: asyncio.Task[None] | None = None
+    _expiry: asyncio.TimerHandle | None = None
+    _session_watch: asyncio.Task[None] | None = None
+    _gone = False
 
     async def connect(self) -> None:
         # Per reply, the next offset this socket expects (inf: no more pieces, only its final).
         self.floors: dict[int, float] = {}
         self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
-        self._worker: asyncio.Task[None] | None = None
-        self._expiry: asyncio.TimerHandle | None = None
         self.outbox = Outbox(self._send_now, self._too_slow)
         runtime.ensure_started()
         if runtime.draining:  # shutting down: refuse the handshake; the page retries (another process)
@@ -64,11 +67,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
         except BaseException:  # Channels calls no disconnect() after a failed connect()
             await self.disconnect(1011)
             raise
-        self._worker = asyncio.get_running_loop().create_task(self._work())
-        try:
-            await self._watch_session()
-        except Exception:  # the socket works; only its expiry is not watched
-            log.warning("could not read when this socket's session expires", exc_info=True)
+        loop = asyncio.get_running_loop()
+        self._worker = loop.create_task(self._work())
+        self._session_watch = loop.create_task(self._watch_session())
 
     async def _send_snapshot(self) -> None:
         """Join the room's groups, then send its snapshot. Joining first: every frame sent
@@ -81,15 +82,33 @@ class RoomConsumer(AsyncWebsocketConsumer):
         messages_html, members_html, self.floors = await snapshot.snapshot(self.room_id, self.room_slug)
         await self.outbox.put(messages_html + members_html)
 
-    async def disconnect(self, code: int) -> None:
-        self.outbox.close()
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # also when the consumer died without disconnect() (the list layer's receive failed)
+            self._forget()
+
+    def _forget(self) -> bool:
+        """This process's own record of the socket, dropped once; True the first time."""
+        if self._gone:
+            return False
+        self._gone = True
+        outbox = getattr(self, "outbox", None)  # none if the consumer failed before connect()
+        if outbox is not None:
+            outbox.close()
         if self._expiry is not None:
             self._expiry.cancel()
+        if self._session_watch is not None:
+            self._session_watch.cancel()
         if self._worker is not None:
             self._inbox.put_nowait(None)  # actions already sent still run, then the worker ends
-        if self.room_id is not None and self.user_id is not None and self.channel_name in runtime.sockets:
+        if getattr(self, "channel_name", None) in runtime.sockets:
             metrics.SOCKETS.dec()
             runtime.socket_closed(self.channel_name)
+        return True
+
+    async def disconnect(self, code: int) -> None:
+        if self._forget() and self.room_id is not None and self.user_id is not None:
             try:
                 await self.channel_layer.group_discard(room_group(self.room_id), self.channel_name)
                 await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
@@ -159,16 +178,24 @@ class RoomConsumer(AsyncWebsocketConsumer):
         """Close this socket when its session expires (unless it was renewed meanwhile)."""
         session = self.scope.get("session")
         key = session.session_key if session is not None else None
-        left = await database_sync_to_async(sessions.session_seconds_left)(key)
-        if left is None:
+        loop = asyncio.get_running_loop()
+        try:
+            left = await database_sync_to_async(sessions.session_seconds_left)(key)
+        except Exception:  # the database is away: ask again in a minute
+            log.warning("could not read when a socket's session expires", exc_info=True)
+            left = 60.0 if not self._gone else None
+        if left is None or self._gone:
             return
         if left <= 0:
             await self._tell(rendering.frame_error("session.ended", "Your session has expired; log in again."))
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        loop = asyncio.get_running_loop()
         # call_later takes at most ~49 days; a session renewed meanwhile is checked again then.
-        self._expiry = loop.call_later(min(left + 1, 30 * 86400), lambda: loop.create_task(self._watch_session()))
+        self._expiry = loop.call_later(min(left + 1, 30 * 86400), self._rewatch)
+
+    def _rewatch(self) -> None:
+        if not self._gone:
+            self._session_watch = asyncio.get_running_loop().create_task(self._watch_session())
 
     async def session_ended(self, event: SessionEnded) -> None:
         session = self.scope.get("session")
@@ -187,7 +214,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
         if self.room_id is None or self.user_id is None:
             return
         if self._inbox.qsize() >= MAX_QUEUED_ACTIONS:
-            await self.send(text_data=rendering.frame_error("frame.too_many", "Too many actions at once; slow down."))
+            await self._tell(rendering.frame_error("frame.too_many", "Too many actions at once; slow down."))
             return
         self._inbox.put_nowait(text_data if text_data is not None else "")
 
