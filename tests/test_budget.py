@@ -219,7 +219,7 @@ async def live_snapshot(world: World, text: str, *, at_seq: int | None = None) -
     reply_id = await database_sync_to_async(store)()
     state = shared.backend()
     await state.begin(reply_id, world.room.id, "test")
-    await state.append(reply_id, text)
+    await state.append(reply_id, text, 0)
     messages_html, members_html, floors = await snapshot.snapshot(world.room.id, "lab")
     assert size(messages_html + members_html) <= SNAPSHOT_BYTES
     return messages_html, floors, reply_id
