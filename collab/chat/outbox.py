@@ -42,7 +42,6 @@ class Outbox:
         self.overflowed = False
         self.max_frames = int(settings.COLLAB["SOCKET_BACKLOG_FRAMES"])
         self.max_bytes = int(settings.COLLAB["SOCKET_BACKLOG_BYTES"])
-        self.flow_control = False  # True once the connection will tell us when it is full
         self._protocol: Any | None = None  # Daphne's WebSocket protocol, written to directly
 
     def watch(self, send: object) -> bool:
@@ -60,7 +59,6 @@ class Outbox:
         except Exception:
             log.warning("no flow control for this socket: it is never cut for being slow", exc_info=True)
             return False
-        self.flow_control = True
         self._protocol = protocol
         return True
 
@@ -90,11 +88,6 @@ class Outbox:
         self.paused = True
         self._queue.clear()
         self._bytes = 0
-
-    @property
-    def backlog(self) -> tuple[int, int]:
-        """(frames, bytes) waiting here."""
-        return len(self._queue), self._bytes
 
     async def put(self, html: str) -> None:
         if self.overflowed or self.offer(html):
