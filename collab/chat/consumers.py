@@ -170,7 +170,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
         metrics.SOCKETS_RESYNCED.inc()
         try:
             await self._send_snapshot()
-        except Exception:  # still away: close, and the page reconnects (htmx retries 1011)
+        except Exception:  # still away: close with 4503, and the page reconnects (collab.js)
             log.warning("could not resync a socket; closing it", exc_info=True)
             await self.close(code=CLOSE_RETRY)
 
