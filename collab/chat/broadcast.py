@@ -14,7 +14,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from collab.chat import metrics, shared
-from collab.chat.events import PROCESSES_GROUP, Control, RoomFrame, UserEvent, room_group, user_group
+from collab.chat.events import PROCESSES_GROUP, Control, RoomClosed, RoomFrame, UserEvent, room_group, user_group
 
 log = logging.getLogger(__name__)
 _warned = False  # _pubsub_target fell back (said once)
@@ -70,8 +70,11 @@ def _pubsub_target(room_id: int) -> tuple[str, Any] | None:
         return None
 
 
-def to_room_sync(room_id: int, frame: RoomFrame) -> None:
-    async_to_sync(to_room)(room_id, frame)
+def to_room_sync(room_id: int, frame: RoomFrame | RoomClosed) -> None:
+    if frame["type"] == "room.frame":
+        async_to_sync(to_room)(room_id, frame)
+    else:  # an event for the room's consumers, not a frame (closing the room)
+        async_to_sync(_layer().group_send)(room_group(room_id), frame)
 
 
 async def to_user(user_id: int, event: UserEvent) -> None:

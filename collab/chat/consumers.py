@@ -15,9 +15,17 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from collab.chat import metrics, rendering
-from collab.chat.actions import posting, replies, rooms, sessions, snapshot
+from collab.chat.actions import moderation, posting, replies, rooms, sessions, snapshot
 from collab.chat.errors import ClientError
-from collab.chat.events import MembershipEnded, RoomFrame, SessionEnded, SocketResync, room_group, user_group
+from collab.chat.events import (
+    MembershipEnded,
+    RoomClosed,
+    RoomFrame,
+    SessionEnded,
+    SocketResync,
+    room_group,
+    user_group,
+)
 from collab.chat.frames import parse_frame
 from collab.chat.lifecycle import runtime
 from collab.chat.outbox import CLOSE_TOO_SLOW, Outbox
@@ -27,6 +35,12 @@ log = logging.getLogger(__name__)
 CLOSE_FORBIDDEN = 4403  # WIRE.md: not allowed; the page does not retry
 CLOSE_RETRY = 4503  # WIRE.md: the server could not resync this socket; the page reconnects
 MAX_QUEUED_ACTIONS = 32  # a socket that sends faster than its actions run is told so
+# Why a membership ended -> the error code and sentence its sockets are shown (WIRE.md).
+ENDED = {
+    "left": ("room.left", "You are no longer a member of this room."),
+    "removed": ("room.removed", "You were removed from this room."),
+    "banned": ("room.removed", "You were removed from this room and may not rejoin it."),
+}
 
 
 class RoomConsumer(AsyncWebsocketConsumer):
@@ -205,7 +219,14 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def membership_ended(self, event: MembershipEnded) -> None:
         if event["room_id"] == self.room_id:
-            await self._tell(rendering.frame_error("room.left", "You are no longer a member of this room."))
+            code, text = ENDED.get(event["reason"], ENDED["left"])
+            await self._tell(rendering.frame_error(code, text))
+            await self.close(code=CLOSE_FORBIDDEN)
+
+    async def room_closed(self, event: RoomClosed) -> None:
+        if event["room_id"] == self.room_id:
+            why = f" ({event['reason']})" if event.get("reason") else ""
+            await self._tell(rendering.frame_error("room.closed", f"This room was closed by its staff{why}."))
             await self.close(code=CLOSE_FORBIDDEN)
 
     # --- client actions -----------------------------------------------------------------
@@ -260,3 +281,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"))
         elif action == "regenerate":
             await replies.regenerate_reply(self.user_id, self.room_id, content.get("message_id"))
+        elif action in moderation.SOCKET_ACTIONS:
+            client = self.scope.get("client") or (None,)
+            await database_sync_to_async(moderation.from_socket)(self.user_id, self.room_id, action, content, client[0])

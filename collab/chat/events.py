@@ -51,6 +51,14 @@ class SessionEnded(TypedDict):
 UserEvent = MembershipEnded | SessionEnded
 
 
+class RoomClosed(TypedDict):
+    """To a room's sockets: staff or the owner closed it now; each is told, then closes (4403)."""
+
+    type: Literal["room.closed"]
+    room_id: int
+    reason: str
+
+
 class ReplyStop(TypedDict):
     """Stop a reply, on whichever process runs it."""
 

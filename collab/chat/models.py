@@ -127,6 +127,11 @@ class Assistant(models.Model):
 
 
 class Room(models.Model):
+    class Status(models.TextChoices):
+        OPEN = "open"
+        LOCKED = "locked", "locked (members read, nobody posts)"
+        ARCHIVED = "archived", "archived (read-only, hidden from members' lists)"
+
     name = models.CharField(max_length=100)
     slug = models.SlugField(max_length=120, unique=True)
     topic = models.CharField(max_length=500, blank=True)
@@ -139,6 +144,8 @@ class Room(models.Model):
         help_text="Messages without a mention invoke every assistant.",
     )
     assistants = models.ManyToManyField(Assistant, blank=True, related_name="rooms")
+    # Changed by staff and moderators through actions.moderation (audited), never by the room's form.
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
     # The seq of the newest message; bumped in the same transaction as each insert.
     last_seq = models.PositiveBigIntegerField(default=0)
 
@@ -161,6 +168,7 @@ class Room(models.Model):
 class Membership(models.Model):
     class Role(models.TextChoices):
         OWNER = "owner"
+        MODERATOR = "moderator"
         MEMBER = "member"
 
     room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="memberships")
@@ -173,6 +181,57 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.room}"
+
+    @property
+    def moderates(self) -> bool:
+        """Owners and moderators: stop any reply, remove and ban members, lock the room."""
+        return self.role in (self.Role.OWNER, self.Role.MODERATOR)
+
+
+class Ban(models.Model):
+    """A user barred from a room: no membership, no rejoining by invite link, until unbanned."""
+
+    room = models.ForeignKey(Room, on_delete=models.CASCADE, related_name="bans")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bans")
+    by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="bans_given"
+    )
+    reason = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["room", "user"], name="one_ban_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} banned from {self.room}"
+
+
+class AuditEntry(models.Model):
+    """One staff or moderator action: who, what, on which room or user, when, from where.
+    Written by actions.moderation in the action's own transaction; read-only everywhere."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries"
+    )
+    # Names as they were, so the log reads the same after a rename or deletion.
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=40, db_index=True)
+    room = models.ForeignKey(Room, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_entries")
+    room_name = models.CharField(max_length=120, blank=True)
+    target = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_targets"
+    )
+    target_name = models.CharField(max_length=200, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
+    address = models.GenericIPAddressField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit log"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.room_name or self.target_name}"
 
 
 class Message(models.Model):

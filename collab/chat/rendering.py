@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.template.loader import get_template
 
-from collab.chat.models import Message
+from collab.chat.events import RoomFrame
+from collab.chat.models import Message, Room
 
 _article = get_template("chat/_article.html")
 _messages = get_template("chat/_frame_messages.html")
@@ -29,6 +30,7 @@ _older_page = get_template("chat/_older_page.html")
 _delta = get_template("chat/_frame_delta.html")
 _error = get_template("chat/_frame_error.html")
 _members = get_template("chat/_members.html")
+_room_status = get_template("chat/_room_status.html")
 _state = get_template("chat/_frame_state.html")
 
 KIB = 1024
@@ -226,6 +228,15 @@ def older_page(page: Page, slug: str) -> str:
 def frame_state(message_id: int, text: str) -> str:
     """The state label of a streaming reply (queued, writing)."""
     return _state.render({"id": message_id, "text": text}).strip()
+
+
+def room_status(status: str, oob: bool = True) -> str:
+    """The room's status banner (locked, archived; empty when open)."""
+    return _room_status.render({"status": status, "oob": oob}).strip()
+
+
+def frame_room_status(room: Room) -> RoomFrame:
+    return {"type": "room.frame", "kind": "other", "html": room_status(room.status)}
 
 
 def frame_error(code: str, text: str) -> str:

@@ -69,7 +69,7 @@ def rooms(request: HttpRequest) -> HttpResponse:
             form.add_error("name", exc.message)
         else:
             return redirect("room", slug=room.slug)
-    mine = Room.objects.filter(memberships__user=_user(request)).order_by("name")
+    mine = Room.objects.filter(memberships__user=_user(request)).exclude(status=Room.Status.ARCHIVED).order_by("name")
     return render(
         request, "chat/rooms.html", {"rooms": mine, "form": form, "my_cost": providers.user_cost(_user(request).pk)}
     )

@@ -105,6 +105,7 @@ def store_post(
                 if existing is not None:
                     return PostResult(existing, created=False), [], []
             room = Room.objects.get(pk=room_id)
+            rooms.check_open(room)
             assistants, unknown = _invoked(room, text)
             seq = rooms.allocate_seqs(room_id, 1 + len(assistants))
             message = Message.objects.create(

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from collab.chat import broadcast, rendering, shared
 from collab.chat.actions.providers import deployment_slots, provider_config, reply_cost
-from collab.chat.actions.rooms import allocate_seqs, take_post_token
+from collab.chat.actions.rooms import allocate_seqs, check_open, take_post_token
 from collab.chat.context import build_context
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
@@ -272,8 +272,10 @@ def _reply_in_room(user_id: int, room_id: int, message_id: object) -> tuple[Mess
 def _check_stop(user_id: int, room_id: int, message_id: object) -> Message:
     message, membership = _reply_in_room(user_id, room_id, message_id)
     asker = message.reply_to.author_id if message.reply_to else None
-    if user_id != asker and membership.role != Membership.Role.OWNER:
-        raise ClientError("reply.forbidden", "Only the person who asked or the room's owner can stop a reply.")
+    if user_id != asker and not membership.moderates:
+        raise ClientError(
+            "reply.forbidden", "Only the person who asked, a moderator or the room's owner can stop a reply."
+        )
     if message.status != Message.Status.STREAMING:
         raise ClientError("reply.not_streaming", "This reply has already ended.")
     return message
@@ -304,6 +306,7 @@ def _store_regenerate(user_id: int, room_id: int, message_id: object) -> tuple[M
         if old.status == Message.Status.STREAMING:
             raise ClientError("reply.streaming", "Stop this reply before asking again.")
         room = old.room
+        check_open(room)
         assistant = old.assistant
         if assistant is None or not room.assistants.filter(pk=assistant.pk).exists():
             raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")

@@ -20,7 +20,7 @@ from collab.chat import broadcast, rendering, shared
 from collab.chat.actions.providers import ensure_default_assistant
 from collab.chat.errors import ClientError
 from collab.chat.events import MembershipEnded, RoomFrame
-from collab.chat.models import Assistant, Membership, Room, new_invite_token
+from collab.chat.models import Assistant, Ban, Membership, Room, new_invite_token
 
 
 def members_of(room_id: int, online: set[int] | None = None) -> list[dict[str, object]]:
@@ -50,7 +50,7 @@ async def announce_members(room_id: int, by: str = "") -> None:
     await broadcast.to_room(room_id, frame)
 
 
-def _announce_members_on_commit(room_id: int) -> None:
+def announce_members_on_commit(room_id: int) -> None:
     transaction.on_commit(lambda: broadcast.to_room_sync(room_id, _members_frame(room_id, shared.online_sync(room_id))))
 
 
@@ -61,6 +61,14 @@ def allocate_seqs(room_id: int, count: int) -> int:
     Room.objects.filter(pk=room_id).update(last_seq=F("last_seq") + count)
     last = Room.objects.values_list("last_seq", flat=True).get(pk=room_id)
     return int(last) - count + 1
+
+
+def check_open(room: Room) -> None:
+    """Posts (and regenerations) only in an open room; reading goes on."""
+    if room.status == Room.Status.LOCKED:
+        raise ClientError("room.locked", "This room is locked: nobody can post for now.")
+    if room.status == Room.Status.ARCHIVED:
+        raise ClientError("room.archived", "This room is archived: it is read-only.")
 
 
 async def take_post_token(user_id: int, room_id: int) -> None:
@@ -130,9 +138,13 @@ def join_by_invite(user: User, token: str) -> Room:
     room = Room.objects.filter(invite_token=token).first()
     if room is None:
         raise ClientError("invite.invalid", "This invite link is not valid (it may have been reset).")
+    if Ban.objects.filter(room=room, user=user).exists():
+        raise ClientError("room.banned", "You have been banned from this room; an invite link cannot let you back in.")
+    if room.status == Room.Status.ARCHIVED:
+        raise ClientError("room.archived", "This room is archived: nobody can join it.")
     _, created = Membership.objects.get_or_create(room=room, user=user)
     if created:
-        _announce_members_on_commit(room.id)
+        announce_members_on_commit(room.id)
     return room
 
 
@@ -149,7 +161,7 @@ def remove_member(room: Room, user: User, reason: str) -> None:
         return
     ended: MembershipEnded = {"type": "membership.ended", "room_id": room.id, "reason": reason}
     transaction.on_commit(lambda: broadcast.to_user_sync(user.pk, ended))
-    _announce_members_on_commit(room.id)
+    announce_members_on_commit(room.id)
 
 
 def reset_invite(room: Room) -> None:

@@ -68,7 +68,8 @@ async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, fl
             live_texts[m.id] = view.text
             states[m.id] = view.state
             floors[m.id] = len(view.text)
-    members_html = rendering.frame_members(members)
+    status = await Room.objects.filter(pk=room_id).values_list("status", flat=True).afirst()
+    members_html = rendering.frame_members(members) + rendering.room_status(status or Room.Status.OPEN)
     html, _page = rendering.frame_snapshot(
         messages, live_texts, has_older=has_older, room_slug=room_slug, states=states, members_html=members_html
     )

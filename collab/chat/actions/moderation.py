@@ -1,0 +1,248 @@
+"""Staff and moderator actions on a room: lock, unlock, archive, unarchive, close, stop
+every reply, kick, ban, unban, change a role. The only code that writes the audit log.
+
+Each action checks who may (`may`), changes the room in one transaction with its audit
+row, and announces its effect after the commit, on every process: a kicked member's
+sockets close (`membership.ended`), a closed room's sockets close (`room.closed`), a
+room's status reaches its pages (a `room.frame`).
+
+Who may what (docs/wire.md, "Roles"): staff (the admin) may everything; a room's owner
+everything in the room; a moderator may lock, unlock, stop any reply, and kick, ban or
+unban members (not the owner, nor another moderator); a member none of these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from collab.chat import broadcast, rendering
+from collab.chat.actions import replies
+from collab.chat.actions.rooms import remove_member
+from collab.chat.errors import ClientError
+from collab.chat.events import RoomClosed
+from collab.chat.models import AuditEntry, Ban, Membership, Room
+
+Power = Literal["lock", "archive", "close", "stop_all", "kick", "roles"]
+MODERATOR_POWERS: frozenset[Power] = frozenset({"lock", "stop_all", "kick"})
+MAX_REASON = 500
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts, and from which address (the request's, or the socket's)."""
+
+    user: User
+    address: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.user.get_username()
+
+
+def role_in(room: Room, user: User) -> str | None:
+    return Membership.objects.filter(room=room, user=user).values_list("role", flat=True).first()
+
+
+def may(actor: Actor, room: Room, power: Power) -> bool:
+    if actor.user.is_active and actor.user.is_staff:
+        return True
+    role = role_in(room, actor.user)
+    if role == Membership.Role.OWNER:
+        return True
+    return role == Membership.Role.MODERATOR and power in MODERATOR_POWERS
+
+
+def _require(actor: Actor, room: Room, power: Power) -> None:
+    if not may(actor, room, power):
+        who = "the room's owner" if power in ("archive", "close", "roles") else "moderators and the owner"
+        raise ClientError("room.not_allowed", f"Only {who} can do that in this room.")
+
+
+def record(
+    actor: Actor | None, action: str, room: Room | None = None, target: User | None = None, detail: str = ""
+) -> AuditEntry:
+    """One audit row. Call it inside the action's transaction: no action without its row."""
+    return AuditEntry.objects.create(
+        actor=actor.user if actor else None,
+        actor_name=actor.name if actor else "system",
+        action=action,
+        room=room,
+        room_name=room.slug if room else "",
+        target=target,
+        target_name=target.get_username() if target else "",
+        detail=detail[:MAX_REASON],
+        address=actor.address if actor else None,
+    )
+
+
+# --- the room's status ------------------------------------------------------------------------
+
+
+def _set_status(actor: Actor, room: Room, status: str, action: str) -> bool:
+    """True when the status changed (an action that changes nothing leaves no row)."""
+    with transaction.atomic():
+        changed = Room.objects.filter(pk=room.pk).exclude(status=status).update(status=status)
+        if changed:
+            record(actor, action, room)
+    room.status = status
+    if changed:
+        frame = rendering.frame_room_status(room)
+        transaction.on_commit(lambda: broadcast.to_room_sync(room.pk, frame))
+    return bool(changed)
+
+
+def lock(actor: Actor, room: Room) -> bool:
+    """Members read; nobody posts (a post gets `room.locked`)."""
+    _require(actor, room, "lock")
+    return _set_status(actor, room, Room.Status.LOCKED, "lock")
+
+
+def unlock(actor: Actor, room: Room) -> bool:
+    _require(actor, room, "lock")
+    if room.status == Room.Status.ARCHIVED:
+        raise ClientError("room.archived", "This room is archived: unarchive it instead.")
+    return _set_status(actor, room, Room.Status.OPEN, "unlock")
+
+
+def archive(actor: Actor, room: Room) -> bool:
+    """Read-only, and gone from its members' lists of rooms."""
+    _require(actor, room, "archive")
+    return _set_status(actor, room, Room.Status.ARCHIVED, "archive")
+
+
+def unarchive(actor: Actor, room: Room) -> bool:
+    _require(actor, room, "archive")
+    return _set_status(actor, room, Room.Status.OPEN, "unarchive")
+
+
+def close(actor: Actor, room: Room, reason: str = "") -> None:
+    """Every open socket of the room, on every process, gets a notice and closes (4403)."""
+    _require(actor, room, "close")
+    with transaction.atomic():
+        record(actor, "close", room, detail=reason)
+    event: RoomClosed = {"type": "room.closed", "room_id": room.pk, "reason": reason[:MAX_REASON]}
+    broadcast.to_room_sync(room.pk, event)
+
+
+def stop_all(actor: Actor, room: Room) -> None:
+    """Every streaming reply of the room stops, on whichever process runs it; each keeps
+    the text it had."""
+    _require(actor, room, "stop_all")
+    with transaction.atomic():
+        record(actor, "stop_all", room)
+    async_to_sync(replies.stop_all)(room.pk)
+
+
+# --- members ------------------------------------------------------------------------------------
+
+
+def _member_target(actor: Actor, room: Room, username: object) -> Membership:
+    if not isinstance(username, str) or not username.strip():
+        raise ClientError("member.invalid", "Name the member: a username.")
+    target = Membership.objects.select_related("user").filter(room=room, user__username=username.strip()).first()
+    if target is None:
+        raise ClientError("member.not_found", f"{username.strip()[:150]} is not a member of this room.")
+    if target.role == Membership.Role.OWNER:
+        raise ClientError("member.is_owner", "The room's owner cannot be removed or banned.")
+    if target.user_id == actor.user.pk:
+        raise ClientError("member.is_self", "Use 'Leave room' to leave.")
+    if target.role == Membership.Role.MODERATOR and not may(actor, room, "roles"):
+        raise ClientError("room.not_allowed", "Only the room's owner can remove a moderator.")
+    return target
+
+
+def kick(actor: Actor, room: Room, username: object) -> User:
+    """The membership ends; the member's sockets in the room get `room.removed` and close
+    (4403), on every process. The invite link lets them back in (ban does not)."""
+    _require(actor, room, "kick")
+    with transaction.atomic():
+        target = _member_target(actor, room, username)
+        remove_member(room, target.user, reason="removed")
+        record(actor, "kick", room, target.user)
+    return target.user
+
+
+def ban(actor: Actor, room: Room, username: object, reason: str = "") -> User:
+    """A kick that also bars rejoining, even by invite link. A user who is not a member
+    (left, or kicked earlier) can be banned too."""
+    _require(actor, room, "kick")
+    if not isinstance(username, str) or not username.strip():
+        raise ClientError("member.invalid", "Name the member: a username.")
+    with transaction.atomic():
+        if Membership.objects.filter(room=room, user__username=username.strip()).exists():
+            user = _member_target(actor, room, username).user
+        else:
+            found = User.objects.filter(username=username.strip()).first()
+            if found is None:
+                raise ClientError("member.not_found", f"There is no user {username.strip()[:150]}.")
+            user = found
+        _, created = Ban.objects.get_or_create(
+            room=room, user=user, defaults={"by": actor.user, "reason": reason[:MAX_REASON]}
+        )
+        if not created:
+            raise ClientError("member.already_banned", f"{user.get_username()} is already banned from this room.")
+        remove_member(room, user, reason="banned")
+        record(actor, "ban", room, user, detail=reason)
+    return user
+
+
+def unban(actor: Actor, room: Room, username: object) -> None:
+    _require(actor, room, "kick")
+    with transaction.atomic():
+        deleted, _ = Ban.objects.filter(room=room, user__username=str(username).strip()).delete()
+        if not deleted:
+            raise ClientError("member.not_banned", f"{str(username)[:150]} is not banned from this room.")
+        record(actor, "unban", room, User.objects.filter(username=str(username).strip()).first())
+
+
+def set_role(actor: Actor, room: Room, username: object, role: object) -> None:
+    """Make a member a moderator, or a moderator a member (owners only; the owner stays)."""
+    _require(actor, room, "roles")
+    if role not in (Membership.Role.MODERATOR, Membership.Role.MEMBER):
+        raise ClientError("member.invalid_role", "A role is 'moderator' or 'member'.")
+    with transaction.atomic():
+        target = _member_target(actor, room, username)
+        if target.role == role:
+            return
+        Membership.objects.filter(pk=target.pk).update(role=role)
+        record(actor, "role", room, target.user, detail=f"{target.role} -> {role}")
+    from collab.chat.actions.rooms import announce_members_on_commit
+
+    announce_members_on_commit(room.pk)
+
+
+def is_banned(room: Room, user: User) -> bool:
+    return Ban.objects.filter(room=room, user=user).exists()
+
+
+# --- from a room's socket (docs/wire.md: kick, ban, unban, lock, unlock, stop_all) -----------
+
+SOCKET_ACTIONS = ("kick", "ban", "unban", "lock", "unlock", "stop_all")
+
+
+def from_socket(user_id: int, room_id: int, action: str, content: dict[str, object], address: str | None) -> None:
+    """A moderator's action sent over the room's socket; the same checks as everywhere."""
+    user = User.objects.filter(pk=user_id, is_active=True).first()
+    room = Room.objects.filter(pk=room_id).first()
+    if user is None or room is None or role_in(room, user) is None:
+        raise ClientError("room.forbidden", "You are not a member of this room.")
+    actor = Actor(user, address)
+    username = content.get("username")
+    if action == "kick":
+        kick(actor, room, username)
+    elif action == "ban":
+        reason = content.get("reason", "")
+        ban(actor, room, username, reason if isinstance(reason, str) else "")
+    elif action == "unban":
+        unban(actor, room, username)
+    elif action == "lock":
+        lock(actor, room)
+    elif action == "unlock":
+        unlock(actor, room)
+    elif action == "stop_all":
+        stop_all(actor, room)

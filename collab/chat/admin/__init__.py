@@ -1,0 +1,13 @@
+"""The Django admin, extended for the staff who run collab (docs/architecture.md, "Admin"):
+
+- providers.py: providers (with a benchmark action) and assistants; changes are audited;
+- rooms.py: rooms (status, members online, replies streaming, cost; lock, archive, close,
+  stop all, export), memberships and roles, bans, messages;
+- audit.py: the audit log, read-only;
+- live.py: the live page (sockets, who is online, replies streaming now, on every process);
+- usage.py: tokens and cost per day, as a chart, a table and CSV.
+"""
+
+from collab.chat.admin import audit, providers, rooms
+
+__all__ = ["audit", "providers", "rooms"]

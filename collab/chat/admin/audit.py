@@ -1,0 +1,31 @@
+"""The audit log in the admin: read-only for everyone, superusers included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from collab.chat.models import AuditEntry
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    list_display = ["at", "actor_name", "action", "room_name", "target_name", "detail", "address"]
+    list_filter = ["action", "at"]
+    search_fields = ["actor_name", "room_name", "target_name", "detail", "address"]
+    date_hierarchy = "at"
+    list_select_related = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)

@@ -1,0 +1,59 @@
+"""Providers and assistants in the admin. A change to a provider is audited (who, what, from where)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db import models
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from collab.chat.actions import moderation
+from collab.chat.models import Assistant, Provider
+
+
+def staff_actor(request: HttpRequest) -> moderation.Actor:
+    """The staff member acting through the admin, and the address the request came from."""
+    assert request.user.is_authenticated
+    return moderation.Actor(request.user, request.META.get("REMOTE_ADDR") or None)  # type: ignore[arg-type]
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    list_display = ["name", "base_url", "api_key_env", "default_model", "max_concurrency", "price_output_per_m"]
+    search_fields = ["name", "base_url"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    actions = ["benchmark"]
+
+    def save_model(self, request: HttpRequest, obj: Provider, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        fields = ", ".join(form.changed_data) if change else "created"
+        moderation.record(staff_actor(request), "provider.change", detail=f"{obj.name}: {fields}"[:500])
+
+    def delete_model(self, request: HttpRequest, obj: Provider) -> None:
+        name = obj.name
+        super().delete_model(request, obj)
+        moderation.record(staff_actor(request), "provider.delete", detail=name)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        names = ", ".join(queryset.values_list("name", flat=True))
+        super().delete_queryset(request, queryset)
+        moderation.record(staff_actor(request), "provider.delete", detail=names[:500])
+
+    @admin.action(description="Benchmark the selected providers (1 run of each prompt)")
+    def benchmark(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        from collab.chat.management.commands.benchmark_provider import run_benchmark
+
+        for provider in queryset[:5]:
+            result = run_benchmark(provider, runs=1)
+            level = messages.ERROR if all(not s["runs"] for s in result["scenarios"].values()) else messages.INFO
+            self.message_user(request, format_html("<b>{}</b><pre>{}</pre>", provider.name, result["table"]), level)
+
+
+@admin.register(Assistant)
+class AssistantAdmin(admin.ModelAdmin):
+    list_display = ["handle", "display_name", "provider", "model", "temperature", "max_tokens", "is_default"]
+    list_filter = ["provider", "is_default"]
+    search_fields = ["handle", "display_name"]
