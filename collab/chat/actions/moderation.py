@@ -83,13 +83,17 @@ def record(
 # --- the room's status ------------------------------------------------------------------------
 
 
-def _set_status(actor: Actor, room: Room, status: str, action: str) -> bool:
-    """True when the status changed (an action that changes nothing leaves no row)."""
+def _set_status(actor: Actor, room: Room, status: str, action: str, only_from: str | None = None) -> bool:
+    """True when the status changed (an action that changes nothing leaves no row);
+    `only_from`: change it only from that status (unarchive leaves a locked room locked)."""
     with transaction.atomic():
-        changed = Room.objects.filter(pk=room.pk).exclude(status=status).update(status=status)
+        rows = Room.objects.filter(pk=room.pk).exclude(status=status)
+        if only_from is not None:
+            rows = rows.filter(status=only_from)
+        changed = rows.update(status=status)
         if changed:
             record(actor, action, room)
-    room.status = status
+        room.status = Room.objects.values_list("status", flat=True).get(pk=room.pk)
     if changed:
         frame = rendering.frame_room_status(room)
         transaction.on_commit(lambda: broadcast.to_room_sync(room.pk, frame))
@@ -97,8 +101,10 @@ def _set_status(actor: Actor, room: Room, status: str, action: str) -> bool:
 
 
 def lock(actor: Actor, room: Room) -> bool:
-    """Members read; nobody posts (a post gets `room.locked`)."""
+    """Members read; nobody posts (a post gets `room.locked`). Not an archived room."""
     _require(actor, room, "lock")
+    if room.status == Room.Status.ARCHIVED:
+        raise ClientError("room.archived", "This room is archived: unarchive it first.")
     return _set_status(actor, room, Room.Status.LOCKED, "lock")
 
 
@@ -117,7 +123,7 @@ def archive(actor: Actor, room: Room) -> bool:
 
 def unarchive(actor: Actor, room: Room) -> bool:
     _require(actor, room, "archive")
-    return _set_status(actor, room, Room.Status.OPEN, "unarchive")
+    return _set_status(actor, room, Room.Status.OPEN, "unarchive", only_from=Room.Status.ARCHIVED)
 
 
 def close(actor: Actor, room: Room, reason: str = "") -> None:
@@ -141,14 +147,14 @@ def stop_all(actor: Actor, room: Room) -> None:
 # --- members ------------------------------------------------------------------------------------
 
 
-def _member_target(actor: Actor, room: Room, username: object) -> Membership:
+def _member_target(actor: Actor, room: Room, username: object, doing: str = "removed or banned") -> Membership:
     if not isinstance(username, str) or not username.strip():
         raise ClientError("member.invalid", "Name the member: a username.")
     target = Membership.objects.select_related("user").filter(room=room, user__username=username.strip()).first()
     if target is None:
         raise ClientError("member.not_found", f"{username.strip()[:150]} is not a member of this room.")
     if target.role == Membership.Role.OWNER:
-        raise ClientError("member.is_owner", "The room's owner cannot be removed or banned.")
+        raise ClientError("member.is_owner", f"The room's owner cannot be {doing}.")
     if target.user_id == actor.user.pk:
         raise ClientError("member.is_self", "Use 'Leave room' to leave.")
     if target.role == Membership.Role.MODERATOR and not may(actor, room, "roles"):
@@ -170,17 +176,8 @@ def kick(actor: Actor, room: Room, username: object) -> User:
 def ban(actor: Actor, room: Room, username: object, reason: str = "") -> User:
     """A kick that also bars rejoining, even by invite link. A user who is not a member
     (left, or kicked earlier) can be banned too."""
-    _require(actor, room, "kick")
-    if not isinstance(username, str) or not username.strip():
-        raise ClientError("member.invalid", "Name the member: a username.")
     with transaction.atomic():
-        if Membership.objects.filter(room=room, user__username=username.strip()).exists():
-            user = _member_target(actor, room, username).user
-        else:
-            found = User.objects.filter(username=username.strip()).first()
-            if found is None:
-                raise ClientError("member.not_found", f"There is no user {username.strip()[:150]}.")
-            user = found
+        user = ban_target(actor, room, username)
         _, created = Ban.objects.get_or_create(
             room=room, user=user, defaults={"by": actor.user, "reason": reason[:MAX_REASON]}
         )
@@ -188,6 +185,25 @@ def ban(actor: Actor, room: Room, username: object, reason: str = "") -> User:
             raise ClientError("member.already_banned", f"{user.get_username()} is already banned from this room.")
         remove_member(room, user, reason="banned")
         record(actor, "ban", room, user, detail=reason)
+    return user
+
+
+def ban_target(actor: Actor, room: Room, username: object) -> User:
+    """Who `ban` would bar, or the ClientError it would raise (the admin's form asks first)."""
+    _require(actor, room, "kick")
+    if not isinstance(username, str) or not username.strip():
+        raise ClientError("member.invalid", "Name the member: a username.")
+    if Membership.objects.filter(room=room, user__username=username.strip()).exists():
+        user = _member_target(actor, room, username).user
+    else:
+        found = User.objects.filter(username=username.strip()).first()
+        if found is None:
+            raise ClientError("member.not_found", f"There is no user {username.strip()[:150]}.")
+        if found.pk == actor.user.pk:
+            raise ClientError("member.is_self", "You cannot ban yourself.")
+        user = found
+    if Ban.objects.filter(room=room, user=user).exists():
+        raise ClientError("member.already_banned", f"{user.get_username()} is already banned from this room.")
     return user
 
 
@@ -206,7 +222,7 @@ def set_role(actor: Actor, room: Room, username: object, role: object) -> None:
     if role not in (Membership.Role.MODERATOR, Membership.Role.MEMBER):
         raise ClientError("member.invalid_role", "A role is 'moderator' or 'member'.")
     with transaction.atomic():
-        target = _member_target(actor, room, username)
+        target = _member_target(actor, room, username, doing="given another role")
         if target.role == role:
             return
         Membership.objects.filter(pk=target.pk).update(role=role)
