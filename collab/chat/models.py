@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
 from django.db import models
+from django.urls import reverse
 
 HANDLE_RE = r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}"
 handle_validator = RegexValidator(
@@ -154,6 +155,10 @@ class Room(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def get_absolute_url(self) -> str:
+        """The room's page: the admin's "View on site" (staff who are not members see it read-only)."""
+        return reverse("room", args=[self.slug])
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         # last_seq belongs to _allocate_seqs alone: saving a Room loaded earlier (an admin
