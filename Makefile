@@ -59,7 +59,7 @@ test-sqlite: install-local
 # SQLite), the load test and the local model.
 test-postgres: install
 	@if $(BIN)/python -m collab.dbcheck "$(TEST_DATABASE_URL)"; then \
-		DATABASE_URL="$(TEST_DATABASE_URL)" $(BIN)/pytest -m "not loadtest and not localmodel and not (e2e and redis)" ; \
+		DATABASE_URL="$(TEST_DATABASE_URL)" $(BIN)/pytest -m "not loadtest and not localmodel and not (e2e and redis) and not browser" ; \
 	elif [ -n "$$CI" ]; then echo "PostgreSQL is required in CI: $(TEST_DATABASE_URL) does not answer" && exit 1; \
 	else echo "skipping the PostgreSQL pass: $(TEST_DATABASE_URL) does not answer"; fi
 
