@@ -1,5 +1,5 @@
 """Staff and moderator actions on a room: lock, unlock, archive, unarchive, close, stop
-every reply, kick, ban, unban, change a role. The only code that writes the audit log.
+one reply or every reply, kick, ban, unban, change a role. The only code that writes the audit log.
 
 Each action checks who may (`may`), changes the room in one transaction with its audit
 row, and announces its effect after the commit, on every process: a kicked member's
@@ -25,7 +25,7 @@ from collab.chat.actions import replies
 from collab.chat.actions.rooms import remove_member
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomClosed
-from collab.chat.models import AuditEntry, Ban, Membership, Room
+from collab.chat.models import AuditEntry, Ban, Membership, Message, Room
 
 Power = Literal["lock", "archive", "close", "stop_all", "kick", "roles"]
 MODERATOR_POWERS: frozenset[Power] = frozenset({"lock", "stop_all", "kick"})
@@ -142,6 +142,24 @@ def stop_all(actor: Actor, room: Room) -> None:
     with transaction.atomic():
         record(actor, "stop_all", room)
     async_to_sync(replies.stop_all)(room.pk)
+
+
+def stop_reply(actor: Actor, room: Room, message_id: object) -> bool:
+    """One streaming reply of the room stops, on whichever process runs it, keeping its
+    text (staff, the owner or a moderator: any reply; its asker stops it over the socket).
+    False when no process runs it any more (its process died): the sweep ends it
+    `interrupted` within a lease (the admin's live page lists only replies that run)."""
+    _require(actor, room, "stop_all")
+    if isinstance(message_id, bool) or not isinstance(message_id, int):
+        raise ClientError("message.invalid_id", "message_id must be a message number.")
+    message = Message.objects.filter(pk=message_id, room=room, role=Message.Role.ASSISTANT).first()
+    if message is None:
+        raise ClientError("message.not_found", "There is no such reply in this room.")
+    if message.status != Message.Status.STREAMING:
+        raise ClientError("reply.not_streaming", "This reply has already ended.")
+    with transaction.atomic():
+        record(actor, "stop_reply", room, detail=f"reply {message.pk} ({message.author_name})")
+    return bool(async_to_sync(replies.stop_running)(message.pk))
 
 
 # --- members ------------------------------------------------------------------------------------

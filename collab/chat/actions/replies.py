@@ -285,12 +285,20 @@ async def stop_reply(user_id: int, room_id: int, message_id: object) -> None:
     """Stop a reply on whichever process runs it; one that no process runs any more
     (its process died) ends now, with the text it had."""
     message = await database_sync_to_async(_check_stop)(user_id, room_id, message_id)
-    if registry.stop(message.id):
-        return
-    if await shared.backend().leased([message.id]):
-        await broadcast.to_processes({"type": "reply.stop", "message_id": message.id, "reason": "stopped"})
-    else:
+    if not await stop_running(message.id):
         await interrupt(message.id, status=Message.Status.STOPPED, error="")
+
+
+async def stop_running(message_id: int) -> bool:
+    """Stop a reply on whichever process runs it, without asking who may (the caller has:
+    `stop_reply`, or moderation.stop_reply for staff). False when no process runs it any
+    more (its process died): the caller ends it (`interrupt`), or leaves it to the sweep."""
+    if registry.stop(message_id):
+        return True
+    if await shared.backend().leased([message_id]):
+        await broadcast.to_processes({"type": "reply.stop", "message_id": message_id, "reason": "stopped"})
+        return True
+    return False
 
 
 async def stop_all(room_id: int) -> None:
