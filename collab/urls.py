@@ -16,6 +16,7 @@ urlpatterns = [
     path("r/<slug:slug>/m/<int:message_id>/", views.message_full, name="message_full"),
     path("r/<slug:slug>/leave/", views.leave, name="leave"),
     path("r/<slug:slug>/settings/", views.room_settings, name="room_settings"),
+    path("r/<slug:slug>/join/", views.join_as_staff, name="room_join"),
     path("join/<str:token>/", views.join, name="join"),
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics_view, name="metrics"),

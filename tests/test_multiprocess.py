@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
-from tests.cluster import SETUP, Browser, Cluster, Tab, postgres_url, throwaway_database
+from tests.cluster import PASSWORD, SETUP, Browser, Cluster, Tab, postgres_url, throwaway_database
 from tests.conftest import require_redis
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
@@ -327,3 +327,67 @@ async def test_health_checks_leave_no_subscription_behind(cluster: Cluster) -> N
     before = len(client.pubsub_channels(pattern))
     await asyncio.to_thread(health, 100)
     assert len(client.pubsub_channels(pattern)) == before
+
+
+async def closed_with(tab: Tab, code: str) -> tuple[int | None, float]:
+    """Read until the server closes the socket: (its close code, when it closed); the
+    error `code` came before it."""
+    with pytest.raises(ConnectionClosed) as closed:
+        await tab.until(lambda t: False)
+    at = time.monotonic()
+    assert tab.frames.errors and tab.frames.errors[-1][0] == code
+    return (closed.value.rcvd.code if closed.value.rcvd is not None else None), at
+
+
+async def test_a_kick_from_the_settings_page_on_one_process_closes_the_socket_on_the_other(
+    two: tuple[Cluster, Browser, Browser],
+) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
+        a, b = await opened(a_ws, b_ws)
+        await a.until(lambda t: t.members.get("bob") is True)
+        watch = asyncio.create_task(closed_with(b, "room.removed"))  # reads while the form is sent
+        sent = time.monotonic()
+        status = await asyncio.to_thread(alice.submit, p1, "/r/lab/settings/", {"op": "kick", "username": "bob"})
+        returned = time.monotonic()
+        assert status == 302
+        code, at = await watch
+        assert code == 4403
+        await a.until(lambda t: "bob" not in t.members)  # and the owner's list on P1 drops him
+    print(
+        f"kick across processes: room.removed and 4403 on P2 {(at - sent) * 1000:.0f} ms after the form was sent "
+        f"(the page's GET and POST took {(returned - sent) * 1000:.0f} ms)"
+    )
+    async with bob.open(p2) as again_ws:  # reconnecting is refused, on either process
+        with pytest.raises(ConnectionClosed) as refused:
+            await Tab(again_ws).until(lambda t: False)
+        assert refused.value.rcvd is not None and refused.value.rcvd.code == 4403
+
+
+async def test_closing_a_room_from_the_admin_disconnects_both_processes(two: tuple[Cluster, Browser, Browser]) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    out = cluster.manage(
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User; from collab.chat.models import Room; "
+        f"User.objects.create_superuser('root', password='{PASSWORD}'); print(Room.objects.get(slug='lab').pk)",
+    )
+    room_id = out.strip().splitlines()[-1]
+    root = await Browser.login(p1, "root")
+    async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
+        a, b = await opened(a_ws, b_ws)
+        watch = asyncio.gather(closed_with(a, "room.closed"), closed_with(b, "room.closed"))
+        fields = {"action": "close", "_selected_action": room_id, "index": "0"}
+        sent = time.monotonic()
+        status = await asyncio.to_thread(root.submit, p1, "/admin/chat/room/", fields)
+        returned = time.monotonic()
+        assert status == 302
+        ends = await watch
+    assert [code for code, _ in ends] == [4403, 4403]
+    took = ", ".join(f"{name} {(at - sent) * 1000:.0f} ms" for name, (_, at) in zip(("P1", "P2"), ends, strict=True))
+    print(
+        f"close from the admin on P1: room.closed and 4403 on {took} after the form was sent "
+        f"(the admin's GET and POST took {(returned - sent) * 1000:.0f} ms)"
+    )

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from collab.chat.actions import providers, rooms
-from collab.chat.models import Assistant, Membership, Message, Room
+from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Room
 
 pytestmark = pytest.mark.django_db
 
@@ -252,3 +252,171 @@ def test_login_is_throttled_per_address_without_locking_the_user_out(
         "/accounts/login/", {"username": "alice", "password": "pw-alice-123"}, REMOTE_ADDR="198.51.100.4"
     )
     assert ok.status_code == 302 and "sessionid" in ok.cookies
+
+
+# --- the settings page per role, the ban page, the archived invite -----------------------------
+
+
+@pytest.fixture
+def lab(alice: User) -> dict[str, Any]:
+    """alice owns Lab; mo moderates it; bob and eve are members; carol is banned (not a member)."""
+    room = rooms.create_room(alice, "Lab")
+    people: dict[str, Any] = {"room": room, "alice": alice}
+    for name, role in (("mo", "moderator"), ("bob", "member"), ("eve", "member")):
+        people[name] = User.objects.create_user(name, password=f"pw-{name}-123")
+        Membership.objects.create(room=room, user=people[name], role=role)
+    people["carol"] = User.objects.create_user("carol", password="pw-carol-123")
+    Ban.objects.create(room=room, user=people["carol"], by=alice)
+    return people
+
+
+def as_user(user: User) -> Client:
+    client = Client(REMOTE_ADDR="192.0.2.44")
+    client.force_login(user)
+    return client
+
+
+def room_state(room: Room) -> tuple[Any, ...]:
+    room.refresh_from_db()
+    roles = sorted(Membership.objects.filter(room=room).values_list("user__username", "role"))
+    bans = sorted(Ban.objects.filter(room=room).values_list("user__username", flat=True))
+    settings = (room.topic, room.reply_to_all, sorted(room.assistants.values_list("handle", flat=True)))
+    return roles, bans, room.status, room.invite_token, settings, AuditEntry.objects.count()
+
+
+def test_the_settings_page_per_role(lab: dict[str, Any]) -> None:
+    owner = as_user(lab["alice"]).get("/r/lab/settings/").content.decode()
+    for part in ('id="settings-form"', 'id="invite"', 'value="reset_invite"', "Make moderator", "Make member"):
+        assert part in owner
+    for part in ('value="kick"', 'value="ban"', 'value="unban"', 'value="lock"', 'id="bans"'):
+        assert part in owner
+    moderator = as_user(lab["mo"]).get("/r/lab/settings/")
+    assert moderator.status_code == 200
+    page = moderator.content.decode()
+    for part in ('value="kick"', 'value="ban"', 'value="unban"', 'value="lock"', 'data-user="carol"'):
+        assert part in page
+    for part in ('id="settings-form"', 'id="invite"', "reset_invite", "Make moderator", "Make member"):
+        assert part not in page
+    assert lab["room"].invite_token not in page
+    # a moderator is offered kick and ban for members only: not the owner, not itself
+    bob_row = page.split('data-user="bob"')[1].split("</li>")[0]
+    mo_row = page.split('data-user="mo"')[1].split("</li>")[0]
+    alice_row = page.split('data-user="alice"')[1].split("</li>")[0]
+    assert 'value="kick"' in bob_row and 'value="kick"' not in mo_row + alice_row
+    member = as_user(lab["bob"]).get("/r/lab/settings/")
+    assert member.status_code == 403 and b"owner and its moderators" in member.content
+    assert b'value="kick"' not in member.content
+    assert as_user(lab["carol"]).get("/r/lab/settings/").status_code == 404  # not a member
+
+
+MEMBER_POSTS = {
+    "kick": {"op": "kick", "username": "eve"},
+    "remove_member": {"op": "remove_member", "username": "eve"},
+    "ban": {"op": "ban", "username": "eve", "reason": "no"},
+    "unban": {"op": "unban", "username": "carol"},
+    "lock": {"op": "lock"},
+    "unlock": {"op": "unlock"},
+    "role": {"op": "role", "username": "eve", "role": "moderator"},
+    "reset_invite": {"op": "reset_invite"},
+    "settings": {"topic": "taken over", "reply_to_all": "on"},
+}
+
+
+@pytest.mark.parametrize("action", MEMBER_POSTS)
+def test_a_plain_member_posting_a_settings_form_gets_403_and_nothing_changes(lab: dict[str, Any], action: str) -> None:
+    room = lab["room"]
+    if action == "unlock":
+        Room.objects.filter(pk=room.pk).update(status=Room.Status.LOCKED)
+    before = room_state(room)
+    response = as_user(lab["bob"]).post("/r/lab/settings/", MEMBER_POSTS[action])
+    assert response.status_code == 403
+    assert room_state(room) == before
+
+
+@pytest.mark.parametrize("action", ["role", "reset_invite", "settings"])
+def test_a_moderator_posting_an_owner_form_gets_403_and_nothing_changes(lab: dict[str, Any], action: str) -> None:
+    before = room_state(lab["room"])
+    response = as_user(lab["mo"]).post("/r/lab/settings/", MEMBER_POSTS[action])
+    assert response.status_code == 403
+    assert b'class="error"' in response.content and b"owner" in response.content  # the refusal, flashed
+    assert room_state(lab["room"]) == before
+
+
+def test_a_moderator_cannot_kick_the_owner_or_another_moderator(lab: dict[str, Any]) -> None:
+    other = User.objects.create_user("mo2", password="pw-mo2-123")
+    Membership.objects.create(room=lab["room"], user=other, role="moderator")
+    before = room_state(lab["room"])
+    assert as_user(lab["mo"]).post("/r/lab/settings/", {"op": "kick", "username": "mo2"}).status_code == 403
+    refused = as_user(lab["mo"]).post("/r/lab/settings/", {"op": "ban", "username": "alice"}, follow=True)
+    assert b"owner cannot be removed" in refused.content
+    assert room_state(lab["room"]) == before
+
+
+def test_moderation_from_the_page_is_audited_with_the_address(lab: dict[str, Any]) -> None:
+    owner = as_user(lab["alice"])
+    assert owner.post("/r/lab/settings/", {"op": "role", "username": "bob", "role": "moderator"}).status_code == 302
+    assert Membership.objects.get(room=lab["room"], user=lab["bob"]).role == "moderator"
+    mo = as_user(lab["mo"])
+    assert mo.post("/r/lab/settings/", {"op": "ban", "username": "eve", "reason": "rude"}).status_code == 302
+    assert mo.post("/r/lab/settings/", {"op": "unban", "username": "carol"}).status_code == 302
+    assert mo.post("/r/lab/settings/", {"op": "lock"}).status_code == 302
+    rows = list(AuditEntry.objects.order_by("id").values_list("actor_name", "action", "target_name", "address"))
+    assert rows == [
+        ("alice", "role", "bob", "192.0.2.44"),
+        ("mo", "ban", "eve", "192.0.2.44"),
+        ("mo", "unban", "carol", "192.0.2.44"),
+        ("mo", "lock", "", "192.0.2.44"),
+    ]
+    assert Ban.objects.get(room=lab["room"]).reason == "rude"
+    lab["room"].refresh_from_db()
+    assert lab["room"].status == "locked"
+
+
+def test_a_refused_action_is_a_flash_error_on_the_page(lab: dict[str, Any]) -> None:
+    owner = as_user(lab["alice"])
+    before = room_state(lab["room"])
+    for fields, says in [
+        ({"op": "kick", "username": "nobody"}, b"nobody is not a member"),
+        ({"op": "kick", "username": ""}, b"Name the member"),
+        ({"op": "unban", "username": "bob"}, b"bob is not banned"),
+        ({"op": "ban", "username": "carol"}, b"already banned"),
+        ({"op": "role", "username": "bob", "role": "owner"}, b"moderator"),
+    ]:
+        response = owner.post("/r/lab/settings/", fields, follow=True)
+        assert response.redirect_chain == [("/r/lab/settings/", 302)]
+        assert b'class="error"' in response.content and says in response.content, fields
+    assert room_state(lab["room"]) == before
+    assert owner.post("/r/lab/settings/", {"op": "explode"}).status_code == 400
+
+
+def test_the_room_page_shows_roles_and_the_settings_link_to_moderators(lab: dict[str, Any]) -> None:
+    for who, sees_link in (("alice", True), ("mo", True), ("bob", False)):
+        page = as_user(lab[who]).get("/r/lab/").content.decode()
+        assert ('href="/r/lab/settings/"' in page) is sees_link, who
+        assert ("Leave room" in page) is (who != "alice"), who
+        assert 'data-user="mo" data-online="0">mo <small class="role">(moderator)</small>' in page
+        assert 'data-user="alice" data-online="0">alice <small class="role">(owner)</small>' in page
+        assert 'data-user="bob" data-online="0">bob</li>' in page
+
+
+def test_a_banned_user_gets_the_ban_page_not_a_404_nor_a_form(lab: dict[str, Any]) -> None:
+    carol = as_user(lab["carol"])
+    invite = f"/join/{lab['room'].invite_token}/"
+    for response in (carol.get(invite), carol.post(invite), carol.get("/r/lab/")):
+        assert response.status_code == 403
+        body = response.content.decode()
+        assert "You were banned from Lab" in body and "ask its owner, <strong>alice</strong>" in body
+        assert "<form" not in body.split("<main>")[1]
+    assert not Membership.objects.filter(user=lab["carol"]).exists()
+    assert carol.get("/r/lab/older/?before=5").status_code == 404  # the rest of the room stays a 404
+
+
+def test_an_archived_rooms_invite_says_so(lab: dict[str, Any]) -> None:
+    Room.objects.filter(pk=lab["room"].pk).update(status=Room.Status.ARCHIVED)
+    stranger = as_user(User.objects.create_user("frank", password="pw-frank-123"))
+    invite = f"/join/{lab['room'].invite_token}/"
+    for response in (stranger.get(invite), stranger.post(invite)):
+        assert response.status_code == 403
+        body = response.content.decode()
+        assert "Lab is archived" in body and "<form" not in body.split("<main>")[1]
+    assert not Membership.objects.filter(user__username="frank").exists()

@@ -46,6 +46,8 @@ ENDED = {
 class RoomConsumer(AsyncWebsocketConsumer):
     room_id: int | None = None
     user_id: int | None = None
+    # Staff who are not members: the room live, no action, and no presence (not "online").
+    read_only = False
     outbox: Outbox
     _worker: asyncio.Task[None] | None = None
     _expiry: asyncio.TimerHandle | None = None
@@ -68,15 +70,18 @@ class RoomConsumer(AsyncWebsocketConsumer):
         if found is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        self.room_id, self.room_slug = found
+        self.room_id, self.room_slug, self.read_only = found
         self.user_id = user.pk  # type: ignore[union-attr]
         self.outbox.watch(self.base_send)
-        metrics.SOCKETS.inc()
-        # Online before joining the group: the others are told, and this socket's own
-        # member list (read below) already shows it.
-        runtime.socket_opened(self.channel_name, self.room_id, self.user_id)
+        if not self.read_only:
+            metrics.SOCKETS.inc()
+            # Online before joining the group: the others are told, and this socket's own
+            # member list (read below) already shows it. A read-only (staff) socket is
+            # nobody's presence: not in the member list, not renewed by the heartbeat.
+            runtime.socket_opened(self.channel_name, self.room_id, self.user_id)
         try:
-            await rooms.socket_opened(self.room_id, self.user_id, self.channel_name)
+            if not self.read_only:
+                await rooms.socket_opened(self.room_id, self.user_id, self.channel_name)
             await self._send_snapshot()
         except BaseException:  # Channels calls no disconnect() after a failed connect()
             await self.disconnect(1011)
@@ -126,7 +131,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
             try:
                 await self.channel_layer.group_discard(room_group(self.room_id), self.channel_name)
                 await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
-                await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
+                if not self.read_only:
+                    await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
             except Exception:  # the layer is away: groups and presence expire by themselves
                 log.warning("could not mark a socket closed", exc_info=True)
 
@@ -261,6 +267,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def _act(self, text_data: str) -> None:
         assert self.room_id is not None and self.user_id is not None
+        if self.read_only:  # checked before anything else: nothing from this socket is acted on
+            raise ClientError("room.read_only", "You are viewing this room as staff, read-only: join it to take part.")
         action, content = parse_frame(text_data)
         if runtime.draining:
             raise ClientError("server.restarting", "The server is restarting; your page will reconnect.")

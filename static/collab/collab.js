@@ -17,8 +17,10 @@
   function nearBottom(el) { return el.scrollHeight - el.scrollTop - el.clientHeight < 120; }
 
   document.addEventListener("DOMContentLoaded", function () {
+    var list = document.getElementById("messages");
+    if (list) list.scrollTop = list.scrollHeight;
     var form = composer();
-    if (!form) return;
+    if (!form) return; // staff viewing read-only: no composer
     form.client_id.value = uuid4();
     form.text.addEventListener("keydown", function (e) {
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
@@ -26,8 +28,6 @@
         if (form.text.value.trim()) form.requestSubmit();
       }
     });
-    var list = document.getElementById("messages");
-    if (list) list.scrollTop = list.scrollHeight;
   });
 
   var follow = true;

@@ -7,7 +7,7 @@ the end of a membership to that user's sockets (on every process).
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -138,6 +138,13 @@ def join_by_invite(user: User, token: str) -> Room:
     room = Room.objects.filter(invite_token=token).first()
     if room is None:
         raise ClientError("invite.invalid", "This invite link is not valid (it may have been reset).")
+    join_room(user, room)
+    return room
+
+
+def join_room(user: User, room: Room) -> None:
+    """Become a member: by an invite link, or staff who were viewing the room read-only
+    (their own explicit act). Never a banned user, never an archived room."""
     if Ban.objects.filter(room=room, user=user).exists():
         raise ClientError("room.banned", "You have been banned from this room; an invite link cannot let you back in.")
     if room.status == Room.Status.ARCHIVED:
@@ -145,7 +152,6 @@ def join_by_invite(user: User, token: str) -> Room:
     _, created = Membership.objects.get_or_create(room=room, user=user)
     if created:
         announce_members_on_commit(room.id)
-    return room
 
 
 def leave_room(user: User, room: Room) -> None:
@@ -178,9 +184,27 @@ def update_room(room: Room, *, topic: str, reply_to_all: bool, assistant_ids: li
         room.assistants.set(Assistant.objects.filter(pk__in=assistant_ids))
 
 
-def room_for_socket(user: Any, slug: str) -> tuple[int, str] | None:
-    """(room id, slug) when `user` may connect to the room's socket, else None."""
+def is_staff(user: Any) -> bool:
+    """Staff (the admin's users) may view any room read-only without joining it."""
+    return bool(getattr(user, "is_authenticated", False) and user.is_active and user.is_staff)
+
+
+class SocketRoom(NamedTuple):
+    room_id: int
+    slug: str
+    read_only: bool  # staff who are not members: they see the room live and may do nothing in it
+
+
+def room_for_socket(user: Any, slug: str) -> SocketRoom | None:
+    """The room when `user` may connect to its socket, else None: members, and staff who
+    are not members (read-only)."""
     if not getattr(user, "is_authenticated", False):
         return None
     row = Membership.objects.filter(room__slug=slug, user_id=user.pk).values_list("room_id", "room__slug").first()
-    return row
+    if row is not None:
+        return SocketRoom(row[0], row[1], read_only=False)
+    if is_staff(user):
+        found = Room.objects.filter(slug=slug).values_list("pk", "slug").first()
+        if found is not None:
+            return SocketRoom(found[0], found[1], read_only=True)
+    return None
