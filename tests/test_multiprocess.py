@@ -256,7 +256,7 @@ async def test_removing_a_member_closes_their_socket_on_the_other_process(
         assert status == 302
         with pytest.raises(ConnectionClosed) as closed:
             await b.until(lambda t: False)
-    assert ("room.left", "You are no longer a member of this room.") in b.frames.errors
+    assert ("room.removed", "You were removed from this room.") in b.frames.errors
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4403
 
 
