@@ -275,6 +275,7 @@ def test_the_page_shows_the_totals_and_the_rows(setup: Setup, staff: Client) -> 
     assert '<td>ghost</td><td class="num">1</td><td class="num">1000</td>' in html
     assert '<tr data-day="2025-03-02" data-group="bob">' in html
     assert "0.057600" in html  # the total cost
+    assert "<h2>Totals by user (who asked), 2025-03-01 to 2025-03-05</h2>" in html
     assert "current</em> provider" in html
     assert f'src="/admin/chat/room/usage.png?from={D1}&amp;to={D3}&amp;group=user"' in html
     assert f'href="/admin/chat/room/usage.csv?from={D1}&amp;to={D3}&amp;group=user"' in html
@@ -293,7 +294,11 @@ def test_the_page_defaults_to_the_last_30_days_by_room(setup: Setup, staff: Clie
     report = response.context["report"]
     assert (report.start, report.end, report.group_by) == (today - timedelta(days=29), today, "room")
     assert [(r.group, r.figures) for r in report.rows] == [("lab", figures(11, 22, "0.000333", 1))]
-    assert 'value="room" selected' in response.content.decode()
+    html = response.content.decode()
+    assert 'value="room" selected' in html
+    assert f'name="from" value="{today - timedelta(days=29)}"' in html
+    # the chart and the CSV repeat the range in effect (not "the last 30 days" again, later)
+    assert f'src="/admin/chat/room/usage.png?from={today - timedelta(days=29)}&amp;to={today}&amp;group=room"' in html
 
 
 def test_the_csv_has_the_same_rows(setup: Setup, staff: Client) -> None:

@@ -18,6 +18,7 @@ import csv
 import io
 from datetime import date, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.admin import AdminSite
@@ -98,24 +99,24 @@ def page(request: HttpRequest, site: AdminSite) -> HttpResponse:
         "title": "Usage: tokens and cost",
         "form": form,
         "groups": usage.GROUPS,
+        "time_zone": timezone.get_current_timezone_name(),
     }
     if not form.is_valid():
         return TemplateResponse(request, "admin/chat/usage.html", context, status=400)
     report = form.report()
-    query = request.GET.urlencode()
+    # The range and group in effect, defaults filled in: the form shows them, the chart and CSV links repeat them.
     shown = {"from": report.start.isoformat(), "to": report.end.isoformat(), "group": report.group_by}
     context.update(
         {
-            "form": UsageForm(shown),  # the range and group in effect, defaults filled in
+            "form": UsageForm(shown),
             "report": report,
             "group_label": usage.GROUPS[report.group_by],
             "totals": report.totals(),
             "total": report.total(),
             "rows": report.rows[:ROWS_SHOWN],
             "rows_hidden": max(0, len(report.rows) - ROWS_SHOWN),
-            "query": f"?{query}" if query else "",
+            "query": "?" + urlencode(shown),
             "top": TOP,
-            "time_zone": timezone.get_current_timezone_name(),
         }
     )
     return TemplateResponse(request, "admin/chat/usage.html", context)
