@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.conf import settings
 
@@ -144,6 +145,31 @@ class LiveReply:
     finishing: bool = False  # its outcome is being stored: a stop no longer cancels it
     task: asyncio.Task[None] | None = None
     parts: list[str] = field(default_factory=list)  # every token's text, in order
+    # What the admin's live page shows (status()): when it was started and got its first
+    # token (time.monotonic()), and while it waits for a slot of its provider, its place
+    # in the queue (1: next; 0: not waiting).
+    started_at: float = field(default_factory=time.monotonic)
+    first_at: float | None = None
+    ahead: int = 0
+
+    def status(self) -> dict[str, Any]:
+        """This reply as the live page shows it: tokens so far, and its rate (tokens after
+        the first over the time since it came, as the stored tps), elapsed since it started."""
+        now = time.monotonic()
+        tokens = len(self.parts)
+        since_first = now - self.first_at if self.first_at is not None else 0.0
+        return {
+            "id": self.job.message_id,
+            "room": self.job.room_id,
+            "provider": self.job.provider.name,
+            "model": self.job.model,
+            "state": "queued" if self.ahead else "writing",
+            "ahead": self.ahead,
+            "tokens": tokens,
+            "chars": sum(len(p) for p in self.parts),
+            "tps": round((tokens - 1) / since_first, 1) if tokens > 1 and since_first > 0 else 0.0,
+            "elapsed_s": round(now - self.started_at, 2),
+        }
 
 
 async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
@@ -161,11 +187,13 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     async def on_queued(ahead: int) -> None:
         nonlocal queued
         queued = True
+        live.ahead = max(ahead, 1)
         await sink.state(f"queued ({ahead} ahead)" if ahead > 1 else "queued")
 
     async def on_started(_base_url: str) -> None:
         nonlocal started, queued
         started = loop.time()  # time to first token is the model's, not the queue's
+        live.ahead = 0
         if queued:
             queued = False
             await sink.state("writing…")
@@ -192,6 +220,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                     continue
                 if first_at is None:
                     first_at = loop.time()
+                    live.first_at = time.monotonic()
                 chunks += 1
                 live.parts.append(item)
                 coalescer.push(item)

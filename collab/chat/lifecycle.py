@@ -5,7 +5,8 @@ Started with the process's first socket (`ensure_started`):
 - control: listens on the channel layer's processes group and stops the replies this
   process runs when any process asks (a stop sent to another process, stop-all);
 - heartbeat, every HEARTBEAT_S: renews the leases of its replies, the presence of its
-  sockets and the provider slots it holds, in the shared state;
+  sockets and the provider slots it holds, in the shared state, and publishes its
+  status there (`Runtime.status`: what the admin's live page shows of it);
 - sweep, every SWEEP_S (and once at start): any process finishes, as `interrupted`
   with their text, the replies whose lease ran out (their process died) and those left
   `streaming` in the database with no lease at all; it also drops dead sockets from
@@ -22,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
+import os
 import signal
+import socket
 import sys
 from datetime import timedelta
 from typing import Any
@@ -168,11 +172,30 @@ class Runtime:
         for room_id in await state.renew_presence(sockets):
             await rooms.announce_members(room_id)
         await state.renew_slots(deployment_slots.held)
+        await state.publish_status(shared.PROCESS_ID, json.dumps(self.status()))
         if self.stale and self._control_channel is not None:
             layer = get_channel_layer()
             assert layer is not None
             await layer.group_add(PROCESSES_GROUP, self._control_channel)  # the list layer may have lost it
             await layer.send(self._control_channel, {"type": "process.ping", "process": shared.PROCESS_ID})
+
+    def status(self) -> dict[str, Any]:
+        """What the admin's live page shows of this process, published every beat:
+        {"process", "pid", "host", "draining", "stale", "sockets": {room: {user: count}},
+        "replies": [generation.LiveReply.status(), ...]} (room and user ids as text: JSON)."""
+        sockets: dict[str, dict[str, int]] = {}
+        for room_id, user_id in list(self.sockets.values()):
+            per_user = sockets.setdefault(str(room_id), {})
+            per_user[str(user_id)] = per_user.get(str(user_id), 0) + 1
+        return {
+            "process": shared.PROCESS_ID,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "draining": self.draining,
+            "stale": self.stale,
+            "sockets": sockets,
+            "replies": [live.status() for live in registry.running()],
+        }
 
     async def _resync_sockets(self) -> None:
         """The layer is back: every open socket gets the room's snapshot again (lost frames,

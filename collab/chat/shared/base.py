@@ -10,6 +10,7 @@ LEASE_TTL_S = 6.0  # a reply whose owner has not renewed its lease for this long
 PRESENCE_TTL_S = 6.0  # a socket not renewed for this long is offline (its process died)
 KEEP_ENDED_S = 60.0  # an ended reply stays readable as "ended" this long (snapshots racing its end)
 SLOT_TTL_S = 6.0  # a deployment-wide provider slot of a dead process frees itself after this
+STATUS_TTL_S = 6.0  # a process's published status (the admin's live page) is gone this long after its last beat
 
 OnQueued = Callable[[int], Awaitable[None]]
 
@@ -37,6 +38,16 @@ class LiveView:
     text: str
     state: str = ""
     ended: bool = False
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    """What one server process last published about itself (lifecycle.Runtime.status):
+    `status` as it sent it (JSON text), `age_s` since then, on the shared state's clock."""
+
+    process: str
+    status: str
+    age_s: float
 
 
 class SharedState(ABC):
@@ -135,6 +146,17 @@ class SharedState(ABC):
     @abstractmethod
     async def renew_slots(self, held: Iterable[tuple[str, str]]) -> None:
         """This process's heartbeat for the slots it holds: (name, token)."""
+
+    # --- each process's status (the admin's live page) -----------------------------------------
+
+    @abstractmethod
+    async def publish_status(self, process: str, status: str) -> None:
+        """Process `process`'s status (JSON text), replacing its last one; gone by itself
+        STATUS_TTL_S later unless published again (a dead process drops out)."""
+
+    @abstractmethod
+    async def process_statuses(self) -> list[ProcessStatus]:
+        """The status of every process that published one within STATUS_TTL_S."""
 
     async def close(self) -> None:
         """Close connections (tests; a process shutting down)."""

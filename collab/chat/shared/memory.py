@@ -13,7 +13,15 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from collab.chat.shared.base import KEEP_ENDED_S, LiveView, OnQueued, ReplyEnded, SharedState
+from collab.chat.shared.base import (
+    KEEP_ENDED_S,
+    STATUS_TTL_S,
+    LiveView,
+    OnQueued,
+    ProcessStatus,
+    ReplyEnded,
+    SharedState,
+)
 
 
 @dataclass
@@ -36,6 +44,7 @@ class MemoryState(SharedState):
         self._buckets: dict[str, tuple[float, float]] = {}
         self._sockets: dict[int, dict[str, int]] = defaultdict(dict)  # room -> socket -> user
         self._slots: dict[str, _Slots] = defaultdict(_Slots)
+        self._statuses: dict[str, tuple[float, str]] = {}  # process -> (published at, status)
 
     # --- live replies ----------------------------------------------------------------------
 
@@ -155,3 +164,14 @@ class MemoryState(SharedState):
 
     async def renew_slots(self, held: Iterable[tuple[str, str]]) -> None:
         return None
+
+    # --- each process's status ---------------------------------------------------------------
+
+    async def publish_status(self, process: str, status: str) -> None:
+        self._statuses[process] = (time.monotonic(), status)
+
+    async def process_statuses(self) -> list[ProcessStatus]:
+        now = time.monotonic()
+        for process in [p for p, (at, _) in self._statuses.items() if now - at >= STATUS_TTL_S]:
+            del self._statuses[process]
+        return [ProcessStatus(p, status, now - at) for p, (at, status) in self._statuses.items()]

@@ -9,6 +9,8 @@ Keys, under the prefix (`COLLAB_REDIS_PREFIX`, default `collab:`):
     pr:{room}       zset   "user:socket" -> presence deadline
     pr:rooms        set    the presence zsets in use (swept by every process)
     slot:{name}:*   zsets  a provider's slot holders and waiters (first come, first served)
+    ps:{process}    string a process's status (JSON); expires (its age: the TTL it has left)
+    ps              set    the processes that published one (pruned once theirs expired)
 
 Deadlines use Redis's own clock (TIME inside scripts), so processes on machines whose
 clocks disagree still agree on what has expired.
@@ -30,8 +32,10 @@ from collab.chat.shared.base import (
     LEASE_TTL_S,
     PRESENCE_TTL_S,
     SLOT_TTL_S,
+    STATUS_TTL_S,
     LiveView,
     OnQueued,
+    ProcessStatus,
     ReplyEnded,
     SharedState,
     StateLost,
@@ -386,3 +390,29 @@ class RedisState(SharedState):
             for name, tokens in by_name.items():
                 await self._renew(keys=[self._slot_keys(name)[0]], args=[SLOT_TTL_S, *tokens], client=pipe)
             await pipe.execute()
+
+    # --- each process's status ---------------------------------------------------------------
+
+    async def publish_status(self, process: str, status: str) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(f"{self.p}ps:{process}", status, px=int(STATUS_TTL_S * 1000))
+            pipe.sadd(f"{self.p}ps", process)
+            await pipe.execute()
+
+    async def process_statuses(self) -> list[ProcessStatus]:
+        processes = [_decode(p) for p in await self.redis.smembers(f"{self.p}ps")]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for process in processes:
+                pipe.get(f"{self.p}ps:{process}")
+                pipe.pttl(f"{self.p}ps:{process}")
+            rows = await pipe.execute()
+        out, gone = [], []
+        for n, process in enumerate(processes):
+            status, ttl_ms = rows[2 * n], rows[2 * n + 1]
+            if status is None or ttl_ms < 0:
+                gone.append(process)
+            else:  # its age, on Redis's clock: how much of its TTL has run
+                out.append(ProcessStatus(process, _decode(status), max(0.0, STATUS_TTL_S - ttl_ms / 1000)))
+        if gone:
+            await self.redis.srem(f"{self.p}ps", *gone)
+        return out
