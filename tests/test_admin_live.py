@@ -1,0 +1,484 @@
+"""The admin's live page (collab/chat/admin/live.py): rendered while real sockets are
+open and real replies stream (in-process members on the simulated model), its figures
+are checked against the state the test set up; its buttons stop a reply, close and lock
+a room, each with its audit row; non-staff get nothing. With two real Daphnes on Redis
+and PostgreSQL, the page served by one process shows the sockets and the reply of the
+other, its stop button reaches that reply, and a process killed drops out by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterator
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth.models import User
+from django.test import AsyncClient
+
+from collab.chat import shared
+from collab.chat.generation import registry
+from collab.chat.lifecycle import runtime
+from collab.chat.models import AuditEntry, Message, Room
+from collab.chat.shared.base import STATUS_TTL_S
+from collab.chat.shared.redis import RedisState
+from collab.simulator.testing import running_simulator_app
+from tests.cluster import PASSWORD, SETUP, Browser, Cluster, Process, postgres_url, throwaway_database
+from tests.conftest import Member, World, member, require_redis
+from tests.test_multiprocess import opened, streaming_with_text
+
+LIVE = "/admin/chat/room/live/"
+FRAGMENT = LIVE + "fragment/"
+HX = {"HX-Request": "true"}  # what htmx sends with each request
+STALL = "sim+stall@20"  # 20 tokens, then silence until stopped: a reply that streams for as long as the test needs
+
+
+class Fragment(HTMLParser):
+    """The figures of the live fragment, from its data- attributes."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.html = html
+        self.rooms: dict[str, dict[str, str]] = {}
+        self.room_sockets: dict[str, dict[str, int]] = {}  # room -> process -> sockets
+        self.replies: dict[int, dict[str, str]] = {}
+        self.processes: dict[str, dict[str, str]] = {}
+        self.notice = ""
+        self._room = ""
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        data = {k[5:]: v or "" for k, v in attrs if k.startswith("data-")}
+        if tag == "tr" and "reply" in data:
+            self.replies[int(data["reply"])] = data
+        elif tag == "tr" and "room" in data and "sockets" in data:
+            self.rooms[data["room"]] = data
+            self._room = data["room"]
+        elif tag == "tr" and "process" in data:
+            self.processes[data["process"]] = data
+        elif tag == "li" and "room-process" in data:
+            self.room_sockets.setdefault(self._room, {})[data["room-process"]] = int(data["sockets"])
+        elif "notice" in data:
+            self.notice = data["notice"]
+
+
+# --- in one process: members and replies of this test -------------------------------------------
+
+
+@pytest.fixture
+async def staff(world: World) -> AsyncClient:
+    root = await database_sync_to_async(User.objects.create_user)("root", password="pw-root-123", is_staff=True)
+    client = AsyncClient()
+    await client.aforce_login(root)
+    return client
+
+
+@pytest.fixture
+async def stalls(world: World, replies_idle: None) -> AsyncIterator[None]:
+    """The room's assistants stream 20 tokens and then wait (until stopped); whatever is
+    still running at the end is stopped, before replies_idle waits for them."""
+    world.provider.read_timeout_s = 60
+    await database_sync_to_async(world.provider.save)()
+    for assistant in world.assistants.values():
+        assistant.model = STALL
+        await database_sync_to_async(assistant.save)()
+    yield
+    for reply_id in registry.ids():
+        registry.stop(reply_id)
+
+
+async def fragment(client: AsyncClient) -> Fragment:
+    response = await client.get(FRAGMENT)
+    assert response.status_code == 200
+    return Fragment(response.content.decode())
+
+
+async def fragment_until(client: AsyncClient, done: Callable[[Fragment], bool], timeout: float = 15.0) -> Fragment:
+    """Ask for the fragment until `done` holds (the page's own polling, faster)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            page = await fragment(client)
+            if done(page):
+                return page
+            await asyncio.sleep(0.05)  # the next poll: the page itself asks every 2 s
+
+
+def writing(page: Fragment, n: int = 1) -> bool:
+    """At least `n` replies write, each with its 20 tokens."""
+    return sum(r["state"] == "writing" and int(r["tokens"]) >= 20 for r in page.replies.values()) >= n
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("layer", "stalls")
+async def test_the_live_page_counts_sockets_users_and_streaming_replies(world: World, staff: AsyncClient) -> None:
+    page = await fragment(staff)
+    assert page.rooms == {} and page.replies == {}  # nobody connected yet
+    async with member(world.alice) as a1, member(world.alice), member(world.bob):
+        await a1.post("@a tell me a long story")
+        page = await fragment_until(staff, writing)
+        room = page.rooms["lab"]
+        assert room["sockets"] == "3" and room["online"] == "2" and room["users"] == "alice bob"
+        assert (room["streaming"], room["queued"], room["status"]) == ("1", "0", "open")
+        assert page.room_sockets["lab"] == {shared.PROCESS_ID: 3}
+        ((reply_id, reply),) = page.replies.items()
+        assert (reply["room"], reply["assistant"], reply["provider"], reply["model"]) == ("lab", "a", "sim", STALL)
+        assert reply["tokens"] == "20" and int(reply["chars"]) > 20
+        assert float(reply["tps"]) > 0 and float(reply["elapsed"]) > 0
+        assert reply["process"] == shared.PROCESS_ID
+        this = page.processes[shared.PROCESS_ID]
+        assert (this["sockets"], this["replies"], this["here"]) == ("3", "1", "1")
+        stored = await database_sync_to_async(Message.objects.get)(pk=reply_id)
+        assert stored.status == Message.Status.STREAMING
+        # the page itself: the fragment inside, polled by the admin's own htmx copy
+        whole = (await staff.get(LIVE)).content.decode()
+        assert 'hx-trigger="every 2s"' in whole and "django_htmx/htmx-2.min.js" in whole
+        assert f'data-reply="{reply_id}"' in whole
+    page = await fragment_until(staff, lambda p: "lab" not in p.rooms or p.rooms["lab"]["sockets"] == "0")
+    assert page.processes[shared.PROCESS_ID]["sockets"] == "0"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("layer", "stalls")
+async def test_a_reply_waiting_for_its_provider_is_shown_queued(world: World, staff: AsyncClient) -> None:
+    world.provider.max_concurrency = 1  # one stream at a time on this process: the second waits
+    await database_sync_to_async(world.provider.save)()
+    async with member(world.alice) as a:
+        await a.post("@a @b both of you")
+        page = await fragment_until(staff, lambda p: writing(p) and len(p.replies) == 2)
+        states = sorted(r["state"] for r in page.replies.values())
+        assert states == ["queued", "writing"]
+        assert (page.rooms["lab"]["streaming"], page.rooms["lab"]["queued"]) == ("1", "1")
+        queued = next(r for r in page.replies.values() if r["state"] == "queued")
+        assert queued["tokens"] == "0" and queued["tps"] == "0.0"
+
+
+async def stop_via_page(client: AsyncClient, reply_id: int) -> Fragment:
+    response = await client.post(f"{LIVE}stop/{reply_id}/", headers=HX)
+    assert response.status_code == 200
+    return Fragment(response.content.decode())
+
+
+def audit(action: str) -> list[AuditEntry]:
+    return list(AuditEntry.objects.filter(action=action).select_related("actor", "room"))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("layer", "stalls")
+async def test_the_stop_button_stops_that_reply_keeps_its_text_and_is_audited(world: World, staff: AsyncClient) -> None:
+    async with member(world.alice) as a, member(world.bob) as b:
+        await a.post("@a @b both, please")
+        page = await fragment_until(staff, lambda p: writing(p, 2))
+        first, second = sorted(page.replies)
+        after = await stop_via_page(staff, first)
+        assert after.notice == "ok"
+        for m in (a, b):
+            await m.until(lambda f: first in f.replies and bool(f.replies[first].final_attrs))
+        assert a.frames.replies[first].final_attrs["data-status"] == "stopped"
+        assert not b.frames.replies[second].final_attrs  # the other one goes on
+        page = await fragment_until(staff, lambda p: first not in p.replies)
+        assert list(page.replies) == [second]
+        again = await stop_via_page(staff, first)  # a reply that has ended: said so, nothing done
+        assert again.notice == "reply.not_streaming"
+    stored = await database_sync_to_async(Message.objects.get)(pk=first)
+    assert stored.status == Message.Status.STOPPED and stored.text == a.frames.replies[first].text != ""
+    (entry,) = await database_sync_to_async(audit)("stop_reply")
+    assert (entry.actor_name, entry.room_name, entry.address) == ("root", "lab", "127.0.0.1")
+    assert str(first) in entry.detail
+
+
+async def closed(m: Member, timeout: float = 5.0) -> int:
+    """Read the socket until the server closes it: the close code (the frames read on the
+    way are in m.frames)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            out = await m.comm.receive_output(timeout)
+            if out["type"] == "websocket.close":
+                return int(out.get("code", 1000))
+            m.raw.append(out["text"])
+            m.frames.feed(out["text"], time.monotonic())
+
+
+def error_codes(m: Member) -> list[str]:
+    return [code for code, _text in m.frames.errors]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("layer", "stalls")
+async def test_close_and_lock_buttons_act_on_the_room_and_are_audited(world: World, staff: AsyncClient) -> None:
+    room_id = world.room.pk
+    async with member(world.alice) as a, member(world.bob) as b:
+        await fragment_until(staff, lambda p: p.rooms.get("lab", {}).get("sockets") == "2")
+        response = await staff.post(f"{LIVE}room/{room_id}/lock/", headers=HX)
+        page = Fragment(response.content.decode())
+        assert page.notice == "ok" and page.rooms["lab"]["status"] == "locked"
+        await b.until(lambda f: 'data-status="locked"' in "".join(b.raw))
+        await b.post("anyone there?")
+        await b.until(lambda f: "room.locked" in error_codes(b))
+        assert await database_sync_to_async(Message.objects.filter(room_id=room_id).count)() == 0
+        response = await staff.post(f"{LIVE}room/{room_id}/close/", headers=HX)
+        assert Fragment(response.content.decode()).notice == "ok"
+        for m in (a, b):
+            assert await closed(m) == 4403 and error_codes(m)[-1] == "room.closed"
+    assert (await database_sync_to_async(Room.objects.get)(pk=room_id)).status == Room.Status.LOCKED
+    for action in ("lock", "close"):
+        (entry,) = await database_sync_to_async(audit)(action)
+        assert (entry.actor_name, entry.room_name) == ("root", "lab")
+    # a plain form post (no htmx) comes back to the page, with the outcome as a message
+    response = await staff.post(f"{LIVE}room/{room_id}/unlock/")
+    assert response.status_code == 302 and response["Location"] == LIVE
+    response = await staff.post(f"{LIVE}room/{room_id}/explode/", headers=HX)
+    assert response.status_code == 404
+    response = await staff.post(f"{LIVE}stop/999999/", headers=HX)
+    assert response.status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("memory_layer", "stalls")
+async def test_non_staff_get_nothing_and_change_nothing(world: World, staff: AsyncClient) -> None:
+    async with member(world.alice) as a:
+        await a.post("@a hello")
+        page = await fragment_until(staff, writing)
+        (reply_id,) = page.replies
+        room_id = world.room.pk
+        bob = AsyncClient()
+        await bob.aforce_login(world.bob)  # the room's member, not staff
+        # the admin's login for a user who is not staff; the site's for nobody at all
+        for client, login in ((bob, "/admin/login/"), (AsyncClient(), "/accounts/login/")):
+            for url in (LIVE, FRAGMENT):
+                response = await client.get(url)
+                assert response.status_code == 302 and response["Location"] == f"{login}?next={url}"
+            for url in (f"{LIVE}stop/{reply_id}/", *(f"{LIVE}room/{room_id}/{act}/" for act in ("close", "lock"))):
+                response = await client.post(url, headers=HX)
+                assert response.status_code == 302 and response["Location"].startswith(login)
+        csrf_checked = AsyncClient(enforce_csrf_checks=True)
+        await csrf_checked.aforce_login(await database_sync_to_async(User.objects.get)(username="root"))
+        assert (await csrf_checked.post(f"{LIVE}stop/{reply_id}/")).status_code == 403  # no CSRF token
+        assert (await staff.get(f"{LIVE}stop/{reply_id}/")).status_code == 405  # a GET changes nothing
+        page = await fragment(staff)
+        assert page.replies[reply_id]["state"] == "writing"
+    assert await database_sync_to_async(AuditEntry.objects.count)() == 0
+    assert (await database_sync_to_async(Room.objects.get)(pk=room_id)).status == Room.Status.OPEN
+
+
+# --- the shared state's part: one status per process, which expires ------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("layer", "replies_idle")
+async def test_each_process_publishes_its_status_which_expires(world: World) -> None:
+    state = shared.backend()
+    await state.publish_status("p1", json.dumps({"process": "p1"}))
+    await state.publish_status("p2", json.dumps({"process": "p2", "sockets": {}}))
+    await state.publish_status("p1", json.dumps({"process": "p1", "again": True}))  # replaces its last one
+    found = {s.process: s for s in await state.process_statuses()}
+    assert set(found) == {"p1", "p2"}
+    assert json.loads(found["p1"].status) == {"process": "p1", "again": True}
+    assert all(0 <= s.age_s < STATUS_TTL_S for s in found.values())
+    runtime.socket_opened("chan-1", world.room.pk, world.alice.pk)
+    kept = runtime._uptime, runtime.stale  # the runtime is the process's own: leave it as found
+    try:
+        await runtime.beat()  # the heartbeat publishes this process's status
+    finally:
+        runtime.socket_closed("chan-1")
+        runtime._uptime, runtime.stale = kept
+    mine = {s.process: json.loads(s.status) for s in await state.process_statuses()}[shared.PROCESS_ID]
+    assert mine["sockets"] == {str(world.room.pk): {str(world.alice.pk): 1}} and mine["replies"] == []
+    if isinstance(state, RedisState):  # Redis: every status carries its expiry
+        ttl_ms = await state.redis.pttl(f"{state.p}ps:p1")
+        assert 0 < ttl_ms <= STATUS_TTL_S * 1000
+
+
+# --- two real processes on Redis and PostgreSQL ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slow_sim() -> Iterator[str]:
+    """@long streams 3,000 tokens at 150 tokens/s: for 20 s, unless stopped."""
+    with running_simulator_app(tps=150.0, ttft_ms=20, reply_tokens=3000, seed=5) as (url, _app):
+        yield url
+
+
+@pytest.fixture
+def cluster(slow_sim: str) -> Iterator[Cluster]:
+    """As tests/test_multiprocess.py's, with a staff member (root)."""
+    with throwaway_database(postgres_url()) as database_url:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REDIS_URL": require_redis(),
+            "COLLAB_REDIS_PREFIX": f"live{os.urandom(4).hex()}:",
+            "DJANGO_SECRET_KEY": os.urandom(32).hex(),  # one key: a session is valid on every process
+            "COLLAB_LLM_BASE_URL": slow_sim,
+            "COLLAB_LLM_MODEL": "sim",
+            "DJANGO_SETTINGS_MODULE": "collab.settings",
+        }
+        env.pop("COLLAB_SHARED_REDIS_URL", None)
+        cluster = Cluster(env)
+        cluster.manage("migrate", "-v0")
+        root = f"User.objects.create_superuser('root', password={PASSWORD!r})"
+        cluster.manage("shell", "-c", SETUP + root)
+        try:
+            yield cluster
+        finally:
+            cluster.stop_all()
+
+
+class Staff:
+    """A staff member's browser on the admin (a session cookie valid on every process)."""
+
+    def __init__(self, cookie: str) -> None:
+        self.cookie = cookie
+
+    def get(self, process: Process, path: str) -> tuple[int, str]:
+        """(status, page), redirects not followed (a non-staff user's is to the login)."""
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+        request = urllib.request.Request(process.url + path, headers={"Cookie": f"sessionid={self.cookie}"})
+        try:
+            with urllib.request.build_opener(NoRedirect).open(request, timeout=10) as response:
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), ""
+
+    def post(self, process: Process, path: str) -> int:
+        """A button of the page served by `process`: its CSRF token, then the POST (htmx)."""
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        headers = {"Cookie": f"sessionid={self.cookie}"}
+        page = opener.open(urllib.request.Request(process.url + LIVE, headers=headers)).read().decode()
+        token = re.search(r'"X-CSRFToken": "([^"]+)"', page)
+        assert token is not None
+        csrf = next(c.value for c in jar if c.name == "csrftoken")
+        body = urllib.parse.urlencode({"csrfmiddlewaretoken": token.group(1)}).encode()
+        headers = {"Cookie": f"sessionid={self.cookie}; csrftoken={csrf}", "HX-Request": "true"}
+        with opener.open(urllib.request.Request(process.url + path, data=body, headers=headers)) as response:
+            return int(response.status)
+
+    async def fragment_until(self, process: Process, done: Callable[[Fragment], bool], timeout: float = 20) -> Fragment:
+        async with asyncio.timeout(timeout):
+            while True:
+                status, html = await asyncio.to_thread(self.get, process, FRAGMENT)
+                assert status == 200
+                page = Fragment(html)
+                if done(page):
+                    return page
+                await asyncio.sleep(0.1)  # the next poll
+
+
+def process_id(page: Fragment, pid: int) -> str:
+    return next(p for p, row in page.processes.items() if row.get("here") == "0" and p.split(":")[1] == str(pid))
+
+
+@pytest.mark.e2e
+@pytest.mark.redis
+@pytest.mark.postgres
+@pytest.mark.timeout(180)
+async def test_the_page_on_one_process_shows_the_other_and_drops_it_once_killed(cluster: Cluster) -> None:
+    p1, p2 = cluster.start("P1"), cluster.start("P2")
+    alice, bob = await Browser.login(p2, "alice"), await Browser.login(p2, "bob")
+    admin = Staff((await Browser.login(p1, "root")).cookie)
+    assert admin.get(p1, FRAGMENT)[0] == 200 and Staff(alice.cookie).get(p1, FRAGMENT) == (302, "")  # staff only
+    async with alice.open(p2) as a_ws, alice.open(p2) as a2_ws, bob.open(p2) as b_ws:
+        a, _, b = await opened(a_ws, a2_ws, b_ws)
+        await a.post("@long tell me everything")  # posted on P2: the reply runs on P2
+        await b.until(lambda t: streaming_with_text(t, 100))
+
+        def shows_p2(page: Fragment) -> bool:
+            streaming = any(float(r["tps"]) > 0 for r in page.replies.values())
+            return page.rooms.get("lab", {}).get("sockets") == "3" and streaming
+
+        page = await admin.fragment_until(p1, shows_p2)
+        other = process_id(page, p2.proc.pid)
+        assert page.room_sockets["lab"] == {other: 3}
+        assert (page.rooms["lab"]["users"], page.rooms["lab"]["streaming"]) == ("alice bob", "1")
+        ((reply_id, reply),) = page.replies.items()
+        assert (reply["process"], reply["assistant"]) == (other, "long")
+        assert (reply["provider"], reply["model"]) == ("default", "sim")
+        assert float(reply["elapsed"]) > 0 and int(reply["tokens"]) > 1
+        assert (page.processes[other]["sockets"], page.processes[other]["replies"]) == ("3", "1")
+        assert float(page.processes[other]["age"]) < STATUS_TTL_S
+        assert page.processes[next(p for p, r in page.processes.items() if r["here"] == "1")]["sockets"] == "0"
+
+        assert await asyncio.to_thread(admin.post, p1, f"{LIVE}stop/{reply_id}/") == 200  # asked on P1
+        await b.until(lambda t: bool(t.assistant_replies()[reply_id].final_attrs))
+        assert b.assistant_replies()[reply_id].final_attrs["data-status"] == "stopped"
+        stored = cluster.replies()[reply_id]
+        assert stored["status"] == "stopped" and stored["text"].startswith(b.assistant_replies()[reply_id].text[:100])
+        await admin.fragment_until(p1, lambda p: reply_id not in p.replies)
+
+        p2.proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        # its last status expires a TTL after its last beat: no need to wait much longer
+        page = await admin.fragment_until(p1, lambda p: other not in p.processes, timeout=2 * STATUS_TTL_S)
+        print(f"kill -9: the process left the live page {time.monotonic() - killed:.1f} s after the kill")
+    assert "lab" not in page.rooms or page.rooms["lab"]["sockets"] == "0"
+    code = "from collab.chat.models import AuditEntry as A; print(list(A.objects.values_list('action', 'actor_name')))"
+    assert cluster.manage("shell", "-c", code).strip().splitlines()[-1] == "[('stop_reply', 'root')]"
+
+
+@pytest.mark.e2e
+@pytest.mark.redis
+@pytest.mark.postgres
+@pytest.mark.browser
+@pytest.mark.timeout(180)
+def test_in_a_browser_the_page_refreshes_itself_and_its_stop_button_works(cluster: Cluster) -> None:
+    """Debian's Chromium (tests/browser): the page served by P1 follows a reply running on
+    P2 without reloading, and its stop button stops it."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser.conftest import chromium_path, screenshot
+    from tests.test_e2e import login
+
+    path = chromium_path()
+    p1, p2 = cluster.start("P1"), cluster.start("P2")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        try:
+
+            def page_as(username: str, process: Process, url: str) -> Any:
+                context = browser.new_context(viewport={"width": 1400, "height": 900})
+                cookie = login(process.url, username, PASSWORD)
+                context.add_cookies([{"name": "sessionid", "value": cookie, "domain": "127.0.0.1", "path": "/"}])
+                page = context.new_page()
+                page.goto(process.url + url)
+                return page
+
+            admin = page_as("root", p1, LIVE)
+            admin.evaluate("window.__loaded = 'once'")  # gone if the page reloads
+            alice = page_as("alice", p2, "/r/lab/")
+            alice.wait_for_selector("#conn.ok")
+            alice.locator("#composer textarea").fill("@long tell me everything")
+            alice.locator("#composer textarea").press("Enter")
+            row = "#live tr[data-reply][data-state=writing]"
+            admin.wait_for_selector(row, timeout=15_000)
+            tokens = int(admin.locator(row).get_attribute("data-tokens") or 0)
+            admin.wait_for_function(  # the next poll brings more tokens
+                "n => Number(document.querySelector('#live tr[data-reply]')?.dataset.tokens) > n", arg=tokens
+            )
+            assert admin.evaluate("window.__loaded") == "once"
+            assert admin.locator(row).get_attribute("data-process") != admin.locator("tr[data-here='1']").get_attribute(
+                "data-process"
+            )  # the reply runs on P2; the page is P1's
+            screenshot(admin, "admin-live")
+            reply_id = admin.locator(row).get_attribute("data-reply")
+            admin.locator(f"button[data-action=stop][data-reply='{reply_id}']").click()
+            admin.wait_for_selector("#live [data-notice=ok]")
+            alice.wait_for_selector(f"#msg-{reply_id}[data-status=stopped]", timeout=15_000)
+            admin.wait_for_selector("#live tr[data-reply]", state="detached")
+            assert admin.evaluate("window.__loaded") == "once"
+        finally:
+            browser.close()
