@@ -473,3 +473,32 @@ def test_membership_admin_lists_filters_and_cannot_add_or_delete(world: World, s
     assert staff.post(f"/admin/chat/membership/{pk}/delete/", {"post": "yes"}).status_code == 403
     staff.post(f"/admin/chat/membership/{pk}/change/", {"role": "owner"})
     assert Membership.objects.get(pk=pk).role == "member" and audit() == []
+
+
+# --- deleting: rooms close their sockets first; messages are read-only, deletions audited ------
+
+
+@live
+async def test_deleting_a_room_closes_its_sockets_and_leaves_one_audit_row(world: World, staff: Client) -> None:
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        response = await aact(staff, "room", "delete_selected", world.room.pk, post="yes")
+        assert response.status_code == 200
+        for m in (alice, bob):
+            assert await closed(m) == 4403
+            assert m.frames.errors[-1][0] == "room.closed"
+    assert not await Room.objects.filter(pk=world.room.pk).aexists()
+    assert await aaudit() == [("root", "delete", "lab", "", ADDRESS)]
+
+
+@memory
+def test_messages_are_read_only_in_the_admin_and_a_deletion_is_audited(world: World, staff: Client) -> None:
+    message = _stored(world.room, 1, text="a thing said")
+    page = staff.get(f"/admin/chat/message/{message.pk}/change/")
+    assert page.status_code == 200 and b'name="text"' not in page.content  # shown, not editable
+    refused = staff.post(f"/admin/chat/message/{message.pk}/change/", {"text": "rewritten"})
+    assert refused.status_code == 403
+    assert Message.objects.get(pk=message.pk).text == "a thing said"
+    assert staff.get("/admin/chat/message/add/").status_code == 403
+    response = staff.post(f"/admin/chat/message/{message.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302 and not Message.objects.filter(pk=message.pk).exists()
+    assert audit() == [("root", "message.delete", "lab", "", ADDRESS)]

@@ -30,6 +30,20 @@ async def slow(world: World, handle: str = "a") -> None:
     await database_sync_to_async(assistant.save)()
 
 
+async def stalling(world: World, *handles: str) -> None:
+    """Make assistants stream 8 tokens and then wait (up to the provider's 60 s read
+    timeout): still streaming whenever the test acts, however loaded the machine is."""
+
+    def save() -> None:
+        for handle in handles:
+            world.assistants[handle].model = "sim+stall@8"
+            world.assistants[handle].save()
+        world.provider.read_timeout_s = 60
+        world.provider.save()
+
+    await database_sync_to_async(save)()
+
+
 def messages() -> list[Message]:
     return list(Message.objects.order_by("seq"))
 
@@ -286,8 +300,7 @@ async def test_stop_keeps_partial_text(world: World) -> None:
 async def test_stop_all_stops_every_reply_of_the_room(world: World) -> None:
     from collab.chat.actions import replies
 
-    await slow(world, "a")
-    await slow(world, "b")
+    await stalling(world, "a", "b")
     async with member(world.alice) as alice:
         await alice.post("@a @b both of you, at length")
         await alice.until(lambda f: sum(1 for r in f.replies.values() if r.role == "assistant" and r.pieces) == 2)

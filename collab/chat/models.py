@@ -156,10 +156,6 @@ class Room(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def get_absolute_url(self) -> str:
-        """The room's page: the admin's "View on site" (staff who are not members see it read-only)."""
-        return reverse("room", args=[self.slug])
-
     def save(self, *args: Any, **kwargs: Any) -> None:
         # last_seq belongs to _allocate_seqs alone: saving a Room loaded earlier (an admin
         # form, a view) must not rewind it, or the next post would reuse a seq.
@@ -168,6 +164,10 @@ class Room(models.Model):
                 f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "last_seq"
             ]
         super().save(*args, **kwargs)
+
+    def get_absolute_url(self) -> str:
+        """The room's page: the admin's "View on site" (staff who are not members see it read-only)."""
+        return reverse("room", args=[self.slug])
 
 
 class Membership(models.Model):

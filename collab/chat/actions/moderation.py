@@ -135,6 +135,18 @@ def close(actor: Actor, room: Room, reason: str = "") -> None:
     broadcast.to_room_sync(room.pk, event)
 
 
+def delete(actor: Actor, room: Room) -> None:
+    """Delete a room (staff, from the admin) with its messages; its open sockets, on every
+    process, are told `room.closed` and close (4403). The audit row keeps its slug."""
+    _require(actor, room, "close")
+    room_id = room.pk
+    with transaction.atomic():
+        record(actor, "delete", room, detail=room.name)
+        room.delete()
+    event: RoomClosed = {"type": "room.closed", "room_id": room_id, "reason": "deleted"}
+    broadcast.to_room_sync(room_id, event)
+
+
 def stop_all(actor: Actor, room: Room) -> None:
     """Every streaming reply of the room stops, on whichever process runs it; each keeps
     the text it had."""

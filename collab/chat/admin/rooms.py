@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import (
     Count,
     DecimalField,
@@ -133,6 +134,23 @@ class RoomAdmin(admin.ModelAdmin):
     filter_horizontal = ["assistants"]
     readonly_fields = ["status", "last_seq", "invite_token", "created_at"]
     inlines = [MembershipInline]
+
+    def delete_model(self, request: HttpRequest, obj: Room) -> None:
+        self.delete_queryset(request, Room.objects.filter(pk=obj.pk))
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        """Memberships cannot be deleted one by one in the admin (a removal is a kick), but
+        they go with their room."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed.discard(Membership._meta.verbose_name)
+        return deleted, counts, perms_needed, protected
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Room]) -> None:
+        """A deleted room's open sockets close first (room.closed, 4403), on every process;
+        each deletion is audited (the row keeps the room's slug)."""
+        for room in queryset:
+            moderation.delete(staff_actor(request), room)
+
     actions = ["lock", "unlock", "archive", "unarchive", "close", "stop_all", "export"]
     list_per_page = 50
 
@@ -287,8 +305,26 @@ class RoomAdmin(admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
+    """Messages are the room's record: staff read them here, and may delete one (audited);
+    nobody edits what someone said, or a reply's text, status or cost."""
+
     list_display = ["room", "seq", "author_name", "role", "status", "tokens", "ttft_ms", "tps", "created_at"]
     list_filter = ["role", "status"]
     search_fields = ["text", "author_name"]
     raw_id_fields = ["author", "reply_to"]
-    readonly_fields = ["room", "seq", "created_at", "finished_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def delete_model(self, request: HttpRequest, obj: Message) -> None:
+        self.delete_queryset(request, Message.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Message]) -> None:
+        with transaction.atomic():
+            for room_id, seq in queryset.values_list("room_id", "seq"):
+                room = Room.objects.filter(pk=room_id).first()
+                moderation.record(staff_actor(request), "message.delete", room, detail=f"#{seq}")
+            queryset.delete()
