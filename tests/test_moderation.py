@@ -134,13 +134,14 @@ async def test_a_moderator_locks_and_unlocks_over_the_socket(world: World, dave:
 async def test_a_moderator_stops_another_members_reply(world: World, dave: User) -> None:
     await stalling(world)
     await amake(world.room, world.bob, Membership.Role.MODERATOR)
-    async with socket(world.bob) as bob, socket(dave) as dave_socket:
+    async with socket(world.bob, BOB_ADDRESS) as bob, socket(dave) as dave_socket:
         reply_id = await streaming_reply(dave_socket)
         await bob.send(action="stop", message_id=reply_id)
         await dave_socket.until(lambda f: all_final(f, 1))
         assert bob.frames.errors == []
     reply = await database_sync_to_async(Message.objects.get)(pk=reply_id)
     assert reply.status == "stopped" and reply.text == dave_socket.frames.replies[reply_id].text != ""
+    assert await aaudit() == [("bob", "stop_reply", "lab", "", BOB_ADDRESS)]  # the asker's own stop is not audited
 
 
 @memory

@@ -286,7 +286,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
                     )
                 )
         elif action == "stop":
-            await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"))
+            client = self.scope.get("client") or (None,)
+            await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"), client[0])
         elif action == "regenerate":
             await replies.regenerate_reply(self.user_id, self.room_id, content.get("message_id"))
         elif action in moderation.SOCKET_ACTIONS:

@@ -269,7 +269,7 @@ def _reply_in_room(user_id: int, room_id: int, message_id: object) -> tuple[Mess
     return message, membership
 
 
-def _check_stop(user_id: int, room_id: int, message_id: object) -> Message:
+def _check_stop(user_id: int, room_id: int, message_id: object, address: str | None) -> Message:
     message, membership = _reply_in_room(user_id, room_id, message_id)
     asker = message.reply_to.author_id if message.reply_to else None
     if user_id != asker and not membership.moderates:
@@ -278,13 +278,18 @@ def _check_stop(user_id: int, room_id: int, message_id: object) -> Message:
         )
     if message.status != Message.Status.STREAMING:
         raise ClientError("reply.not_streaming", "This reply has already ended.")
+    if user_id != asker:  # a moderator's (or the owner's) act on someone else's reply: audited
+        from collab.chat.actions import moderation  # it imports this module
+
+        actor = moderation.Actor(membership.user, address)
+        moderation.record(actor, "stop_reply", message.room, detail=f"reply {message.pk} ({message.author_name})")
     return message
 
 
-async def stop_reply(user_id: int, room_id: int, message_id: object) -> None:
+async def stop_reply(user_id: int, room_id: int, message_id: object, address: str | None = None) -> None:
     """Stop a reply on whichever process runs it; one that no process runs any more
     (its process died) ends now, with the text it had."""
-    message = await database_sync_to_async(_check_stop)(user_id, room_id, message_id)
+    message = await database_sync_to_async(_check_stop)(user_id, room_id, message_id, address)
     if not await stop_running(message.id):
         await interrupt(message.id, status=Message.Status.STOPPED, error="")
 
