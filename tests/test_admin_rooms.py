@@ -155,6 +155,8 @@ async def test_room_list_shows_each_rooms_figures(world: World, staff: Client) -
     assert lab["last_activity"] != "never"
     assert (other["member_count"], other["online_now"], other["message_count"]) == ("1", "0", "0")
     assert (other["tokens_this_month"], other["cost_this_month"], other["last_activity"]) == ("0", "0.0000", "never")
+    # The way to the live page and to usage.
+    assert 'href="/admin/chat/room/live/"' in html and 'href="/admin/chat/room/usage/"' in html
 
 
 def _list_queries(client: Client, rooms: int, owner: User) -> int:
