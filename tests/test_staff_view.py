@@ -131,6 +131,20 @@ async def test_the_staff_socket_sees_the_room_live_and_is_nobody_in_it(world: Wo
         assert not staff.frames.errors
 
 
+async def test_a_staff_socket_is_resynced_after_an_outage_and_counted_as_watching(world: World, dave: User) -> None:
+    from collab.chat.lifecycle import runtime
+
+    async with member(world.bob), connected(dave, "lab") as (ok, _code, staff):
+        assert ok
+        await staff.until(lambda f: f.snapshots == 1)
+        status = runtime.status()
+        assert status["watchers"] == {str(world.room.pk): 1}  # the live page's "staff watching"
+        assert str(dave.pk) not in status["sockets"][str(world.room.pk)]  # not online
+        await runtime._resync_sockets()  # what the heartbeat does once the layer is back
+        await staff.until(lambda f: f.snapshots == 2)
+    assert runtime.status()["watchers"] == {}
+
+
 ACTIONS: list[dict[str, Any]] = [
     {"text": "hello from staff", "client_id": "2b1c7e0e-7d0e-4a57-9d51-0c6a4c3b4d11"},
     {"action": "stop", "message_id": 1},

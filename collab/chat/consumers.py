@@ -73,12 +73,12 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self.room_id, self.room_slug, self.read_only = found
         self.user_id = user.pk  # type: ignore[union-attr]
         self.outbox.watch(self.base_send)
-        if not self.read_only:
-            metrics.SOCKETS.inc()
-            # Online before joining the group: the others are told, and this socket's own
-            # member list (read below) already shows it. A read-only (staff) socket is
-            # nobody's presence: not in the member list, not renewed by the heartbeat.
-            runtime.socket_opened(self.channel_name, self.room_id, self.user_id)
+        metrics.SOCKETS.inc()
+        # Online before joining the group: the others are told, and this socket's own
+        # member list (read below) already shows it. A read-only (staff) socket is
+        # nobody's presence: not in the member list, not renewed by the heartbeat; but it
+        # is resynced after an outage like any other (runtime.watchers).
+        runtime.socket_opened(self.channel_name, self.room_id, self.user_id, watcher=self.read_only)
         try:
             if not self.read_only:
                 await rooms.socket_opened(self.room_id, self.user_id, self.channel_name)
@@ -121,9 +121,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
             self._session_watch.cancel()
         if self._worker is not None:
             self._inbox.put_nowait(None)  # actions already sent still run, then the worker ends
-        if getattr(self, "channel_name", None) in runtime.sockets:
+        if runtime.socket_closed(getattr(self, "channel_name", "")):
             metrics.SOCKETS.dec()
-            runtime.socket_closed(self.channel_name)
         return True
 
     async def disconnect(self, code: int) -> None:

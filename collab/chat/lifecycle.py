@@ -93,6 +93,8 @@ class Runtime:
         self._no_actions = asyncio.Event()
         self._no_actions.set()
         self.sockets: dict[str, tuple[int, int]] = {}  # this process's sockets: channel name -> (room, user)
+        # Staff watching a room read-only: no presence, but resynced and counted like the others.
+        self.watchers: dict[str, tuple[int, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._drain: asyncio.Task[None] | None = None
@@ -182,11 +184,15 @@ class Runtime:
     def status(self) -> dict[str, Any]:
         """What the admin's live page shows of this process, published every beat:
         {"process", "pid", "host", "draining", "stale", "sockets": {room: {user: count}},
-        "replies": [generation.LiveReply.status(), ...]} (room and user ids as text: JSON)."""
+        "watchers": {room: count}, "replies": [generation.LiveReply.status(), ...]} (room and
+        user ids as text: JSON). Watchers are staff viewing a room read-only: not online."""
         sockets: dict[str, dict[str, int]] = {}
         for room_id, user_id in list(self.sockets.values()):
             per_user = sockets.setdefault(str(room_id), {})
             per_user[str(user_id)] = per_user.get(str(user_id), 0) + 1
+        watchers: dict[str, int] = {}
+        for room_id, _user in list(self.watchers.values()):
+            watchers[str(room_id)] = watchers.get(str(room_id), 0) + 1
         return {
             "process": shared.PROCESS_ID,
             "pid": os.getpid(),
@@ -194,6 +200,7 @@ class Runtime:
             "draining": self.draining,
             "stale": self.stale,
             "sockets": sockets,
+            "watchers": watchers,
             "replies": [live.status() for live in registry.running()],
         }
 
@@ -202,7 +209,7 @@ class Runtime:
         replies that ended meanwhile) and rejoins its groups."""
         layer = get_channel_layer()
         assert layer is not None
-        names = list(self.sockets)
+        names = [*self.sockets, *self.watchers]
         log.warning("the channel layer is back: resyncing %d sockets", len(names))
         for name in names:
             try:
@@ -238,11 +245,13 @@ class Runtime:
         if not self._actions:
             self._no_actions.set()
 
-    def socket_opened(self, channel_name: str, room_id: int, user_id: int) -> None:
-        self.sockets[channel_name] = (room_id, user_id)
+    def socket_opened(self, channel_name: str, room_id: int, user_id: int, watcher: bool = False) -> None:
+        (self.watchers if watcher else self.sockets)[channel_name] = (room_id, user_id)
 
-    def socket_closed(self, channel_name: str) -> None:
-        self.sockets.pop(channel_name, None)
+    def socket_closed(self, channel_name: str) -> bool:
+        """True when this process had the socket open (the first time only)."""
+        found = self.sockets.pop(channel_name, None) or self.watchers.pop(channel_name, None)
+        return found is not None
 
     # --- an orderly end -------------------------------------------------------------------------
 

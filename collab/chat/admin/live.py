@@ -59,6 +59,7 @@ class LiveRoom:
     room: Room
     sockets: dict[str, int] = field(default_factory=dict)  # process -> open sockets
     online: list[str] = field(default_factory=list)  # usernames
+    watching: int = 0  # staff viewing it read-only (not members, not online)
     replies: list[LiveReply] = field(default_factory=list)
 
     @property
@@ -120,6 +121,7 @@ def collect() -> Live:
     found, unavailable = async_to_sync(statuses)()
     sockets: dict[int, dict[str, int]] = {}  # room -> process -> sockets
     online: dict[int, set[int]] = {}  # room -> users
+    watching: dict[int, int] = {}  # room -> staff viewing it read-only
     replies: list[LiveReply] = []
     processes = []
     for status, age_s in found:
@@ -130,6 +132,8 @@ def collect() -> Live:
             sockets.setdefault(int(room_id), {})[process] = count
             online.setdefault(int(room_id), set()).update(int(u) for u in users)
             n_sockets += count
+        for room_id, count in dict(status.get("watchers") or {}).items():
+            watching[int(room_id)] = watching.get(int(room_id), 0) + int(count)
         own_replies = list(status.get("replies") or [])
         for r in own_replies:
             replies.append(
@@ -160,7 +164,7 @@ def collect() -> Live:
                 here=process == shared.PROCESS_ID,
             )
         )
-    room_ids = set(sockets) | {r.room_id for r in replies}
+    room_ids = set(sockets) | set(watching) | {r.room_id for r in replies}
     rooms = Room.objects.in_bulk(room_ids)
     names = dict(User.objects.filter(pk__in=set().union(*online.values())).values_list("pk", "username"))
     handles = dict(Message.objects.filter(pk__in=[r.id for r in replies]).values_list("pk", "assistant__handle"))
@@ -169,6 +173,9 @@ def collect() -> Live:
         if room_id in live_rooms:
             live_rooms[room_id].sockets = per_process
             live_rooms[room_id].online = sorted(names[u] for u in online.get(room_id, ()) if u in names)
+    for room_id, count in watching.items():
+        if room_id in live_rooms:
+            live_rooms[room_id].watching = count
     for reply in sorted(replies, key=lambda r: r.id):
         if reply.room_id in live_rooms:
             reply.assistant = handles.get(reply.id) or ""
