@@ -327,6 +327,7 @@ def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() ->
     col = Collector()
     col.window = [100.0, 110.0]
     col.count("replies_completed", 4)
+    col.count("deliveries", 1000)
     col.count("sockets_server_0", 3)
     col.count("sockets_server_1", 2)
     targets = ["http://a", "http://b"]
@@ -336,6 +337,7 @@ def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() ->
         redis_cpu_s=1.0,
         metrics=[{"collab_posts_total": 1.0, 'collab_replies_total{status="done"}': 1.0}, None],
     )
+    # No token counter from the second server (no metrics token): no CPU per token.
     after = Counters(
         at=111.0,
         redis_calls={"publish": 90, "info": 50, "subscribe": 5, "unsubscribe": 4},
@@ -360,6 +362,23 @@ def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() ->
     assert out["redis_ops_per_reply"] == {"total": 22.0, "publish": 20.0, "subscribe": 1.0, "unsubscribe": 1.0}
     assert out["redis_calls"] == {"publish": 80, "subscribe": 4, "unsubscribe": 4}
     assert out["redis_cpu_level_percent"] == 10.0  # 1.2 CPU seconds over 12 s
+    assert out["server_cpu_us_per_delivery"] == 3000.0  # 3 CPU seconds over 1,000 deliveries
+    assert out["server_cpu_us_per_token"] is None
+
+
+def test_cpu_per_token_divides_the_level_cpu_by_the_tokens_the_servers_read() -> None:
+    sampler = Sampler()
+    sampler.watch("server/0", 1, group="server")
+    for t, cpu in [(100.0, 1.0), (110.0, 3.0)]:
+        sampler.samples.append((t, {"server/0": (cpu, 50.0), "server": (cpu, 50.0)}))
+    col = Collector()
+    col.window = [100.0, 110.0]
+    col.count("deliveries", 4000)
+    before = Counters(at=100.0, redis_calls=None, redis_cpu_s=None, metrics=[{"collab_reply_tokens_total": 500.0}])
+    after = Counters(at=110.0, redis_calls=None, redis_cpu_s=None, metrics=[{"collab_reply_tokens_total": 20500.0}])
+    out = level_resources(sampler, col, {}, ["http://a"], before, after)
+    assert out["server_cpu_us_per_delivery"] == 500.0  # 2 CPU seconds over 4,000 deliveries
+    assert out["server_cpu_us_per_token"] == 100.0  # 2 CPU seconds over 20,000 tokens
 
 
 def test_processes_need_a_redis_layer() -> None:
@@ -427,6 +446,10 @@ def test_one_room_run_end_to_end(tmp_path: Path) -> None:
     for key in ("server_cpu_percent", "server_rss_mb", "generator_cpu_percent"):
         assert isinstance(report[key], int | float) and report[key] >= 0, key
     assert report["server_rss_mb"] > 0
+    # The server's CPU per unit of work: present, positive, and in the printed table.
+    for key in ("server_cpu_us_per_delivery", "server_cpu_us_per_token"):
+        assert isinstance(report[key], int | float) and report[key] > 0, (key, report[key])
+    assert "CPU µs/deliv./token" in proc.stdout
 
 
 @pytest.mark.loadtest

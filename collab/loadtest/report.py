@@ -42,6 +42,8 @@ REPORT_KEYS = (
     "errors",
     "server_cpu_percent",
     "server_rss_mb",
+    "server_cpu_us_per_delivery",
+    "server_cpu_us_per_token",
     "generator_cpu_percent",
     "servers",
     "redis_cpu_percent",
@@ -90,6 +92,8 @@ def build_step(
         "errors": c.get("errors", 0),
         "server_cpu_percent": resources.get("server_cpu_percent"),  # the sum over the server processes
         "server_rss_mb": resources.get("server_rss_mb"),
+        "server_cpu_us_per_delivery": resources.get("server_cpu_us_per_delivery"),
+        "server_cpu_us_per_token": resources.get("server_cpu_us_per_token"),
         "generator_cpu_percent": gen_cpu,
         "servers": list(resources.get("servers", [])),  # each server process
         "redis_cpu_percent": resources.get("redis_cpu_percent"),
@@ -183,6 +187,7 @@ _COLUMNS: list[tuple[str, str]] = [
     ("integrity", "lost/dup/ooo"),
     ("done", "ok/failed/err"),
     ("cpu", "server CPU%"),
+    ("us", "CPU µs/deliv./token"),
     ("rss", "RSS MB"),
     ("gen", "gen CPU%"),
     ("redis", "Redis CPU%"),
@@ -209,6 +214,7 @@ def _row(step: Mapping[str, Any]) -> dict[str, str]:
         "integrity": f"{step['chars_lost']}/{step['chars_duplicated']}/{step['chars_out_of_order']}",
         "done": f"{step['replies_completed']}/{step['replies_failed']}/{step['errors']}",
         "cpu": _f(step["server_cpu_percent"], 0),
+        "us": f"{_f(step.get('server_cpu_us_per_delivery'), 0)}/{_f(step.get('server_cpu_us_per_token'), 0)}",
         "rss": _f(step["server_rss_mb"], 0),
         "gen": _f(step["generator_cpu_percent"], 0),
         "redis": _f(step.get("redis_cpu_percent"), 0),

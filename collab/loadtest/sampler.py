@@ -266,6 +266,7 @@ def level_resources(
             }
         )
     out["servers"] = servers
+    out.update(cpu_per_unit(sampler, col, before, after))
     if before.redis_calls is not None and after.redis_calls is not None:
         was = before.redis_calls
         # INFO is left out: the run's own reads (this sampler, these counters).
@@ -279,6 +280,27 @@ def level_resources(
     if before.redis_cpu_s is not None and after.redis_cpu_s is not None and after.at > before.at:
         used = after.redis_cpu_s - before.redis_cpu_s
         out["redis_cpu_level_percent"] = round(used / (after.at - before.at) * 100, 1)
+    return out
+
+
+def cpu_per_unit(sampler: Sampler, col: Collector, before: Counters, after: Counters) -> dict[str, float | None]:
+    """The servers' CPU time per unit of work, in microseconds (docs/benchmarks.md):
+    `server_cpu_us_per_delivery` over the posting window (every frame a member received
+    in it), `server_cpu_us_per_token` over the whole level (the model tokens the servers
+    read, from their /metrics; None without the metrics token)."""
+    out: dict[str, float | None] = {"server_cpu_us_per_delivery": None, "server_cpu_us_per_token": None}
+    deliveries = col.counts.get("deliveries", 0)
+    if len(col.window) == 2 and deliveries:
+        start, end = col.window
+        cpu, _ = sampler.window("server", start, end)
+        if cpu is not None:
+            out["server_cpu_us_per_delivery"] = round(cpu / 100 * (end - start) / deliveries * 1e6, 1)
+    tokens = [_grown(m0, m1, "collab_reply_tokens_total") for m0, m1 in zip(before.metrics, after.metrics, strict=True)]
+    if tokens and all(t is not None for t in tokens) and sum(t or 0 for t in tokens) > 0 and after.at > before.at:
+        cpu, _ = sampler.window("server", before.at, after.at)
+        if cpu is not None:
+            used_s = cpu / 100 * (after.at - before.at)
+            out["server_cpu_us_per_token"] = round(used_s / sum(t or 0 for t in tokens) * 1e6, 1)
     return out
 
 
