@@ -1,10 +1,11 @@
 """Rendered Markdown is sanitised: no script, no event handlers, no javascript: links, no raw HTML."""
 
+from collections.abc import Callable
 from html.parser import HTMLParser
 
 import pytest
 
-from collab.chat.markup import render_markdown
+from collab.chat.markup import render_markdown, render_user_markdown
 
 DANGEROUS = pytest.mark.parametrize(
     "source",
@@ -39,8 +40,9 @@ def elements(html: str) -> list[tuple[str, dict[str, str | None]]]:
 
 
 @DANGEROUS
-def test_dangerous_input_is_neutralised(source: str) -> None:
-    for tag, attrs in elements(render_markdown(source)):
+@pytest.mark.parametrize("render", [render_markdown, render_user_markdown], ids=["reply", "user"])
+def test_dangerous_input_is_neutralised(source: str, render: Callable[[str], str]) -> None:
+    for tag, attrs in elements(render(source)):
         assert tag not in {"script", "iframe", "style", "div", "object", "embed"}, tag
         assert not any(name.startswith("on") for name in attrs), (tag, attrs)
         for name in ("href", "src"):
@@ -87,3 +89,30 @@ def test_a_remote_image_is_a_link_never_loaded(src: str) -> None:
 def test_an_image_from_this_site_is_shown() -> None:
     out = render_markdown("![logo](/static/collab/logo.png)")
     assert '<img src="/static/collab/logo.png" alt="logo">' in out
+
+
+def test_a_persons_line_breaks_are_kept() -> None:
+    """Shift+Enter in the message box: each line shows on a line of its own."""
+    html = render_user_markdown("first line\nsecond line\nthird with **bold**\n\nnext paragraph")
+    assert html == "<p>first line<br>\nsecond line<br>\nthird with <strong>bold</strong></p>\n<p>next paragraph</p>\n"
+
+
+def test_a_persons_code_block_is_code_without_breaks() -> None:
+    html = render_user_markdown("look:\n```python\nx = 1\ny = 2\n```\nafter\nthat")
+    before, rest = html.split("<pre>")
+    code, after = rest.split("</pre>")
+    assert before == "<p>look:</p>\n"  # a fence ends the paragraph
+    assert "<br>" not in code and "\n" in code  # code is code
+    assert after == "\n<p>after<br>\nthat</p>\n"
+
+
+def test_a_replys_single_newlines_stay_soft() -> None:
+    """A model's Markdown keeps the usual rule: a single newline is a space, not a break."""
+    assert "<br>" not in render_markdown("first line\nsecond line")
+    assert render_markdown("first line\nsecond line") == "<p>first line\nsecond line</p>\n"
+
+
+def test_a_persons_message_is_sanitised_like_a_reply() -> None:
+    html = render_user_markdown("<b>x</b>\n[a](javascript:alert(1))\n![i](https://evil.example/i.png)")
+    assert "<b>" not in html and "&lt;b&gt;" in html
+    assert 'href="javascript' not in html and "<img" not in html

@@ -31,7 +31,11 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
     return highlight(code, lexer, _formatter)
 
 
-_md = MarkdownIt("js-default", {"highlight": _highlight, "linkify": False, "typographer": False}).enable("table")
+_OPTIONS = {"highlight": _highlight, "linkify": False, "typographer": False}
+_md = MarkdownIt("js-default", _OPTIONS).enable("table")
+# People's messages keep their line breaks (Shift+Enter in the box): a single newline is a
+# <br>, as in every chat. A model's Markdown keeps the usual rule (a newline is a space).
+_md_user = MarkdownIt("js-default", {**_OPTIONS, "breaks": True}).enable("table")
 
 
 def _image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
@@ -47,6 +51,7 @@ def _image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
 
 
 _md.add_render_rule("image", _image)
+_md_user.add_render_rule("image", _image)
 
 _TAGS = {
     "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "s", "code", "pre",
@@ -69,8 +74,16 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def render_markdown(text: str) -> str:
-    """Sanitised HTML for `text`. Safe to mark safe in a template."""
-    raw = _md.render(_LONE_SURROGATE.sub("\ufffd", text))
+    """Sanitised HTML for `text` (an assistant's reply). Safe to mark safe in a template."""
+    return _clean(_md.render(_LONE_SURROGATE.sub("\ufffd", text)))
+
+
+def render_user_markdown(text: str) -> str:
+    """Sanitised HTML for a person's message: Markdown whose line breaks are kept."""
+    return _clean(_md_user.render(_LONE_SURROGATE.sub("\ufffd", text)))
+
+
+def _clean(raw: str) -> str:
     return nh3.clean(
         raw,
         tags=_TAGS,
