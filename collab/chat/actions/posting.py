@@ -19,7 +19,7 @@ from django.db.models import Q
 from collab.chat import metrics, rendering
 from collab.chat.actions import replies, rooms
 from collab.chat.errors import ClientError
-from collab.chat.markup import render_markdown
+from collab.chat.markup import render_user_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ def store_post(
                 author_name=membership.user.get_username(),
                 client_id=client_id,
                 text=text,
-                html=render_markdown(text) if html is None else html,
+                html=render_user_markdown(text) if html is None else html,
             )
             placeholders = replies.create_placeholders(room, message, assistants, seq + 1)
             jobs = replies.reply_jobs(room, placeholders, message)
@@ -134,7 +134,7 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     await rooms.take_post_token(user_id, room_id)
     # Markdown and Pygments are CPU work: off the event loop, and off the one database
     # thread that every post and reply end queue on.
-    html = await sync_to_async(render_markdown, thread_sensitive=False)(clean_text)
+    html = await sync_to_async(render_user_markdown, thread_sensitive=False)(clean_text)
     result, placeholders, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
     if result.created:
         metrics.POSTS.inc()
