@@ -15,7 +15,7 @@ from html.parser import HTMLParser
 
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.test import AsyncClient
 
 from collab.chat import shared
@@ -66,7 +66,12 @@ class Fragment(HTMLParser):
 
 @pytest.fixture
 async def staff(world: World) -> AsyncClient:
-    root = await database_sync_to_async(User.objects.create_user)("root", password="pw-root-123", is_staff=True)
+    def make() -> User:  # staff with the room permissions the page asks for, not a superuser
+        root = User.objects.create_user("root", password="pw-root-123", is_staff=True)
+        root.user_permissions.add(*Permission.objects.filter(codename__in=["view_room", "change_room"]))
+        return root
+
+    root = await database_sync_to_async(make)()
     client = AsyncClient()
     await client.aforce_login(root)
     return client

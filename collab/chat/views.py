@@ -90,7 +90,8 @@ def _viewer(request: HttpRequest, slug: str) -> tuple[Room, Membership | None]:
     membership = Membership.objects.select_related("room").filter(room__slug=slug, user_id=_user(request).pk).first()
     if membership is not None:
         return membership.room, membership
-    the_room = Room.objects.filter(slug=slug).first() if room_actions.is_staff(_user(request)) else None
+    staff = room_actions.is_staff(_user(request))  # read-only, unless banned from it (the ban page, then)
+    the_room = Room.objects.filter(slug=slug).exclude(bans__user=_user(request)).first() if staff else None
     if the_room is None:
         raise Http404("No such room, or you are not a member.")
     return the_room, None

@@ -13,6 +13,8 @@ unban members (not the owner, nor another moderator); a member none of these.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +22,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from collab.chat import broadcast, rendering
+from collab.chat import broadcast, rendering, shared
 from collab.chat.actions import replies
 from collab.chat.actions.rooms import remove_member
 from collab.chat.errors import ClientError
@@ -30,6 +32,7 @@ from collab.chat.models import AuditEntry, Ban, Membership, Message, Room
 Power = Literal["lock", "archive", "close", "stop_all", "kick", "roles"]
 MODERATOR_POWERS: frozenset[Power] = frozenset({"lock", "stop_all", "kick"})
 MAX_REASON = 500
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ def role_in(room: Room, user: User) -> str | None:
 
 
 def may(actor: Actor, room: Room, power: Power) -> bool:
-    if actor.user.is_active and actor.user.is_staff:
+    if actor.user.is_active and actor.user.is_staff and actor.user.has_perm("chat.change_room"):
         return True
     role = role_in(room, actor.user)
     if role == Membership.Role.OWNER:
@@ -87,6 +90,7 @@ def _set_status(actor: Actor, room: Room, status: str, action: str, only_from: s
     """True when the status changed (an action that changes nothing leaves no row);
     `only_from`: change it only from that status (unarchive leaves a locked room locked)."""
     with transaction.atomic():
+        Room.objects.select_for_update().filter(pk=room.pk).exists()  # one change at a time, joins wait
         rows = Room.objects.filter(pk=room.pk).exclude(status=status)
         if only_from is not None:
             rows = rows.filter(status=only_from)
@@ -96,7 +100,9 @@ def _set_status(actor: Actor, room: Room, status: str, action: str, only_from: s
         room.status = Room.objects.values_list("status", flat=True).get(pk=room.pk)
     if changed:
         frame = rendering.frame_room_status(room)
-        transaction.on_commit(lambda: broadcast.to_room_sync(room.pk, frame))
+        # Stored and audited whatever follows: with the layer away the pages learn it from
+        # their next snapshot (robust: an on_commit failure is logged, not raised).
+        transaction.on_commit(lambda: broadcast.to_room_sync(room.pk, frame), robust=True)
     return bool(changed)
 
 
@@ -129,10 +135,22 @@ def unarchive(actor: Actor, room: Room) -> bool:
 def close(actor: Actor, room: Room, reason: str = "") -> None:
     """Every open socket of the room, on every process, gets a notice and closes (4403)."""
     _require(actor, room, "close")
+    event: RoomClosed = {"type": "room.closed", "room_id": room.pk, "reason": reason[:MAX_REASON]}
+    _reach(lambda: broadcast.to_room_sync(room.pk, event))  # sent first: no row for a close that reached nobody
     with transaction.atomic():
         record(actor, "close", room, detail=reason)
-    event: RoomClosed = {"type": "room.closed", "room_id": room.pk, "reason": reason[:MAX_REASON]}
-    broadcast.to_room_sync(room.pk, event)
+
+
+def _reach(send: Callable[[], object]) -> None:
+    """Send through the channel layer now; when it is away, the action is refused (nothing
+    done, nothing recorded) with a clear error instead of a failure after the fact."""
+    try:
+        send()
+    except shared.UNAVAILABLE:
+        log.warning("a moderation action could not reach the channel layer", exc_info=True)
+        raise ClientError(
+            "server.unavailable", "The server cannot reach its other processes just now; nothing was done. Try again."
+        ) from None
 
 
 def delete(actor: Actor, room: Room) -> None:
@@ -140,20 +158,21 @@ def delete(actor: Actor, room: Room) -> None:
     process, are told `room.closed` and close (4403). The audit row keeps its slug."""
     _require(actor, room, "close")
     room_id = room.pk
+    _reach(lambda: async_to_sync(replies.stop_all)(room_id))  # its replies stop first (billed otherwise)
+    event: RoomClosed = {"type": "room.closed", "room_id": room_id, "reason": "deleted"}
     with transaction.atomic():
         record(actor, "delete", room, detail=room.name)
         room.delete()
-    event: RoomClosed = {"type": "room.closed", "room_id": room_id, "reason": "deleted"}
-    broadcast.to_room_sync(room_id, event)
+        transaction.on_commit(lambda: broadcast.to_room_sync(room_id, event), robust=True)
 
 
 def stop_all(actor: Actor, room: Room) -> None:
     """Every streaming reply of the room stops, on whichever process runs it; each keeps
     the text it had."""
     _require(actor, room, "stop_all")
+    _reach(lambda: async_to_sync(replies.stop_all)(room.pk))
     with transaction.atomic():
         record(actor, "stop_all", room)
-    async_to_sync(replies.stop_all)(room.pk)
 
 
 def stop_reply(actor: Actor, room: Room, message_id: object) -> bool:
@@ -177,10 +196,15 @@ def stop_reply(actor: Actor, room: Room, message_id: object) -> bool:
 # --- members ------------------------------------------------------------------------------------
 
 
-def _member_target(actor: Actor, room: Room, username: object, doing: str = "removed or banned") -> Membership:
+def _member_target(
+    actor: Actor, room: Room, username: object, doing: str = "removed or banned", lock: bool = False
+) -> Membership:
+    """The membership an action targets; `lock`: hold its row until the transaction ends
+    (two staff acting at once: the second finds the first's outcome)."""
     if not isinstance(username, str) or not username.strip():
         raise ClientError("member.invalid", "Name the member: a username.")
-    target = Membership.objects.select_related("user").filter(room=room, user__username=username.strip()).first()
+    rows = Membership.objects.select_related("user").filter(room=room, user__username=username.strip())
+    target = (rows.select_for_update(of=("self",)) if lock else rows).first()
     if target is None:
         raise ClientError("member.not_found", f"{username.strip()[:150]} is not a member of this room.")
     if target.role == Membership.Role.OWNER:
@@ -197,8 +221,9 @@ def kick(actor: Actor, room: Room, username: object) -> User:
     (4403), on every process. The invite link lets them back in (ban does not)."""
     _require(actor, room, "kick")
     with transaction.atomic():
-        target = _member_target(actor, room, username)
-        remove_member(room, target.user, reason="removed")
+        target = _member_target(actor, room, username, lock=True)
+        if not remove_member(room, target.user, reason="removed"):  # gone meanwhile: another's kick
+            raise ClientError("member.not_found", f"{target.user.get_username()} is not a member of this room.")
         record(actor, "kick", room, target.user)
     return target.user
 
@@ -207,6 +232,7 @@ def ban(actor: Actor, room: Room, username: object, reason: str = "") -> User:
     """A kick that also bars rejoining, even by invite link. A user who is not a member
     (left, or kicked earlier) can be banned too."""
     with transaction.atomic():
+        Room.objects.select_for_update().filter(pk=room.pk).exists()  # a join racing this ban waits for it
         user = ban_target(actor, room, username)
         _, created = Ban.objects.get_or_create(
             room=room, user=user, defaults={"by": actor.user, "reason": reason[:MAX_REASON]}
@@ -227,8 +253,8 @@ def ban_target(actor: Actor, room: Room, username: object) -> User:
         user = _member_target(actor, room, username).user
     else:
         found = User.objects.filter(username=username.strip()).first()
-        if found is None:
-            raise ClientError("member.not_found", f"There is no user {username.strip()[:150]}.")
+        if found is None:  # the same answer as for a user who exists: usernames are not listed here
+            raise ClientError("member.not_found", f"{username.strip()[:150]} is not a member of this room.")
         if found.pk == actor.user.pk:
             raise ClientError("member.is_self", "You cannot ban yourself.")
         user = found
@@ -240,10 +266,11 @@ def ban_target(actor: Actor, room: Room, username: object) -> User:
 def unban(actor: Actor, room: Room, username: object) -> None:
     _require(actor, room, "kick")
     with transaction.atomic():
-        deleted, _ = Ban.objects.filter(room=room, user__username=str(username).strip()).delete()
-        if not deleted:
+        found = Ban.objects.select_related("user").filter(room=room, user__username=str(username).strip()).first()
+        if found is None:
             raise ClientError("member.not_banned", f"{str(username)[:150]} is not banned from this room.")
-        record(actor, "unban", room, User.objects.filter(username=str(username).strip()).first())
+        found.delete()
+        record(actor, "unban", room, found.user)
 
 
 def set_role(actor: Actor, room: Room, username: object, role: object) -> None:
@@ -252,7 +279,7 @@ def set_role(actor: Actor, room: Room, username: object, role: object) -> None:
     if role not in (Membership.Role.MODERATOR, Membership.Role.MEMBER):
         raise ClientError("member.invalid_role", "A role is 'moderator' or 'member'.")
     with transaction.atomic():
-        target = _member_target(actor, room, username, doing="given another role")
+        target = _member_target(actor, room, username, doing="given another role", lock=True)
         if target.role == role:
             return
         Membership.objects.filter(pk=target.pk).update(role=role)

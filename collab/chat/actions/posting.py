@@ -107,7 +107,7 @@ def store_post(
             room = Room.objects.get(pk=room_id)
             rooms.check_open(room)
             assistants, unknown = _invoked(room, text)
-            seq = rooms.allocate_seqs(room_id, 1 + len(assistants))
+            seq = rooms.allocate_seqs(room_id, 1 + len(assistants), open_only=True)
             message = Message.objects.create(
                 room=room,
                 seq=seq,

@@ -325,7 +325,7 @@ def _store_regenerate(user_id: int, room_id: int, message_id: object) -> tuple[M
             raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")
         if old.reply_to is None:
             raise ClientError("message.not_found", "The question this reply answered is gone.")
-        seq = allocate_seqs(room_id, 1)
+        seq = allocate_seqs(room_id, 1, open_only=True)
         placeholders = create_placeholders(room, old.reply_to, [assistant], seq)
         return placeholders[0], reply_jobs(room, placeholders, old.reply_to)
 

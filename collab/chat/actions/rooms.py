@@ -51,14 +51,21 @@ async def announce_members(room_id: int, by: str = "") -> None:
 
 
 def announce_members_on_commit(room_id: int) -> None:
-    transaction.on_commit(lambda: broadcast.to_room_sync(room_id, _members_frame(room_id, shared.online_sync(room_id))))
+    transaction.on_commit(
+        lambda: broadcast.to_room_sync(room_id, _members_frame(room_id, shared.online_sync(room_id))), robust=True
+    )
 
 
-def allocate_seqs(room_id: int, count: int) -> int:
+def allocate_seqs(room_id: int, count: int, open_only: bool = False) -> int:
     """Reserve `count` consecutive seqs in the room; return the first. Must run inside the
     caller's transaction: the row lock (PostgreSQL) or the write lock (SQLite) taken by
-    the UPDATE serialises concurrent posts until commit, so none share or skip a seq."""
-    Room.objects.filter(pk=room_id).update(last_seq=F("last_seq") + count)
+    the UPDATE serialises concurrent posts until commit, so none share or skip a seq.
+    `open_only`: only in an open room (a post, a regeneration); this update is the check
+    that holds when the room was locked after the caller read it open."""
+    rows = Room.objects.filter(pk=room_id)
+    if not (rows.filter(status=Room.Status.OPEN) if open_only else rows).update(last_seq=F("last_seq") + count):
+        check_open(Room.objects.only("status").get(pk=room_id))  # raises room.locked or room.archived
+        raise ClientError("room.locked", "The room was locked and opened again as you posted; send it again.")
     last = Room.objects.values_list("last_seq", flat=True).get(pk=room_id)
     return int(last) - count + 1
 
@@ -144,14 +151,20 @@ def join_by_invite(user: User, token: str) -> Room:
 
 def join_room(user: User, room: Room) -> None:
     """Become a member: by an invite link, or staff who were viewing the room read-only
-    (their own explicit act). Never a banned user, never an archived room."""
-    if Ban.objects.filter(room=room, user=user).exists():
-        raise ClientError("room.banned", "You have been banned from this room; an invite link cannot let you back in.")
-    if room.status == Room.Status.ARCHIVED:
-        raise ClientError("room.archived", "This room is archived: nobody can join it.")
-    _, created = Membership.objects.get_or_create(room=room, user=user)
-    if created:
-        announce_members_on_commit(room.id)
+    (their own explicit act). Never a banned user, never an archived room. Under the
+    room's row lock, which a ban and a status change take too: neither slips in between
+    the check and the join."""
+    with transaction.atomic():
+        status = Room.objects.select_for_update().values_list("status", flat=True).get(pk=room.pk)
+        if Ban.objects.filter(room=room, user=user).exists():
+            raise ClientError(
+                "room.banned", "You have been banned from this room; an invite link cannot let you back in."
+            )
+        if status == Room.Status.ARCHIVED:
+            raise ClientError("room.archived", "This room is archived: nobody can join it.")
+        _, created = Membership.objects.get_or_create(room=room, user=user)
+        if created:
+            announce_members_on_commit(room.id)
 
 
 def leave_room(user: User, room: Room) -> None:
@@ -160,14 +173,17 @@ def leave_room(user: User, room: Room) -> None:
     remove_member(room, user, reason="left")
 
 
-def remove_member(room: Room, user: User, reason: str) -> None:
-    """End a membership; the user's open sockets in that room close, on every process."""
+def remove_member(room: Room, user: User, reason: str) -> bool:
+    """End a membership; the user's open sockets in that room close, on every process.
+    False when there was none to end. Ended whatever the channel layer does: if it is
+    away, the sockets are not told, but every action of theirs is refused from now on."""
     deleted, _ = Membership.objects.filter(room=room, user=user).exclude(role=Membership.Role.OWNER).delete()
     if not deleted:
-        return
+        return False
     ended: MembershipEnded = {"type": "membership.ended", "room_id": room.id, "reason": reason}
-    transaction.on_commit(lambda: broadcast.to_user_sync(user.pk, ended))
+    transaction.on_commit(lambda: broadcast.to_user_sync(user.pk, ended), robust=True)
     announce_members_on_commit(room.id)
+    return True
 
 
 def reset_invite(room: Room) -> None:
@@ -204,7 +220,7 @@ def room_for_socket(user: Any, slug: str) -> SocketRoom | None:
     if row is not None:
         return SocketRoom(row[0], row[1], read_only=False)
     if is_staff(user):
-        found = Room.objects.filter(slug=slug).values_list("pk", "slug").first()
+        found = Room.objects.filter(slug=slug).exclude(bans__user_id=user.pk).values_list("pk", "slug").first()
         if found is not None:
             return SocketRoom(found[0], found[1], read_only=True)
     return None

@@ -22,6 +22,7 @@ from asgiref.sync import async_to_sync
 from django.contrib import messages
 from django.contrib.admin import AdminSite
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -197,9 +198,17 @@ def _context(site: AdminSite, request: HttpRequest, **extra: Any) -> dict[str, A
     }
 
 
+def _need(request: HttpRequest, perm: str) -> None:
+    """Staff with the permission only: seeing the page takes chat.view_room, its buttons
+    chat.change_room (as the room list's actions do)."""
+    if not request.user.has_perm(perm):
+        raise PermissionDenied(f"The live page needs the permission {perm}.")
+
+
 def _page(site: AdminSite) -> Callable[[HttpRequest], HttpResponse]:
     @require_GET
     def page(request: HttpRequest) -> HttpResponse:
+        _need(request, "chat.view_room")
         return TemplateResponse(request, "admin/chat/live.html", _context(site, request))
 
     return page
@@ -208,6 +217,7 @@ def _page(site: AdminSite) -> Callable[[HttpRequest], HttpResponse]:
 def _fragment(site: AdminSite) -> Callable[[HttpRequest], HttpResponse]:
     @require_GET
     def fragment(request: HttpRequest) -> HttpResponse:
+        _need(request, "chat.view_room")
         return TemplateResponse(request, "admin/chat/live_fragment.html", _context(site, request))
 
     return fragment
@@ -228,6 +238,7 @@ def _acted(site: AdminSite, request: HttpRequest, done: str, error: ClientError 
 def _stop(site: AdminSite) -> Callable[[HttpRequest, int], HttpResponse]:
     @require_POST
     def stop(request: HttpRequest, reply_id: int) -> HttpResponse:
+        _need(request, "chat.change_room")
         reply = get_object_or_404(Message.objects.select_related("room"), pk=reply_id, role=Message.Role.ASSISTANT)
         try:
             running = moderation.stop_reply(staff_actor(request), reply.room, reply.pk)
@@ -252,6 +263,7 @@ ROOM_ACTIONS: dict[str, tuple[Callable[..., object], str]] = {
 def _room_action(site: AdminSite) -> Callable[[HttpRequest, int, str], HttpResponse]:
     @require_POST
     def act(request: HttpRequest, room_id: int, action: str) -> HttpResponse:
+        _need(request, "chat.change_room")
         if action not in ROOM_ACTIONS:
             raise Http404(f"There is no room action {action!r} (close, lock, unlock).")
         room = get_object_or_404(Room, pk=room_id)

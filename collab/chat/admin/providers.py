@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db import models
+from django.db import models, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
@@ -28,19 +28,24 @@ class ProviderAdmin(admin.ModelAdmin):
     actions = ["benchmark"]
 
     def save_model(self, request: HttpRequest, obj: Provider, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
-        fields = ", ".join(form.changed_data) if change else "created"
-        moderation.record(staff_actor(request), "provider.change", detail=f"{obj.name}: {fields}"[:500])
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            if change and not form.changed_data:
+                return  # saved as it was: nothing to record
+            fields = ", ".join(form.changed_data) if change else "created"
+            moderation.record(staff_actor(request), "provider.change", detail=f"{obj.name}: {fields}"[:500])
 
     def delete_model(self, request: HttpRequest, obj: Provider) -> None:
-        name = obj.name
-        super().delete_model(request, obj)
-        moderation.record(staff_actor(request), "provider.delete", detail=name)
+        with transaction.atomic():
+            name = obj.name
+            super().delete_model(request, obj)
+            moderation.record(staff_actor(request), "provider.delete", detail=name)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
-        names = ", ".join(queryset.values_list("name", flat=True))
-        super().delete_queryset(request, queryset)
-        moderation.record(staff_actor(request), "provider.delete", detail=names[:500])
+        with transaction.atomic():
+            names = ", ".join(queryset.values_list("name", flat=True))
+            super().delete_queryset(request, queryset)
+            moderation.record(staff_actor(request), "provider.delete", detail=names[:500])
 
     @admin.action(description="Benchmark the selected providers (1 run of each prompt)")
     def benchmark(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
@@ -57,3 +62,21 @@ class AssistantAdmin(admin.ModelAdmin):
     list_display = ["handle", "display_name", "provider", "model", "temperature", "max_tokens", "is_default"]
     list_filter = ["provider", "is_default"]
     search_fields = ["handle", "display_name"]
+
+    def save_model(self, request: HttpRequest, obj: Assistant, form: Any, change: bool) -> None:
+        """Audited like a provider: its provider, model and prompt decide what rooms are sent and billed."""
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            if change and not form.changed_data:
+                return
+            fields = ", ".join(form.changed_data) if change else "created"
+            moderation.record(staff_actor(request), "assistant.change", detail=f"@{obj.handle}: {fields}"[:500])
+
+    def delete_model(self, request: HttpRequest, obj: Assistant) -> None:
+        self.delete_queryset(request, Assistant.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Assistant]) -> None:
+        with transaction.atomic():
+            handles = ", ".join(f"@{h}" for h in queryset.values_list("handle", flat=True))
+            super().delete_queryset(request, queryset)
+            moderation.record(staff_actor(request), "assistant.delete", detail=handles[:500])

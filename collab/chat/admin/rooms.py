@@ -291,7 +291,11 @@ class RoomAdmin(admin.ModelAdmin):
     def stop_all(self, request: HttpRequest, queryset: QuerySet[Room]) -> HttpResponse | None:
         return self._each(request, queryset, moderation.stop_all, "Stopped every reply streaming in")
 
-    @admin.action(description="Export transcripts (zip: Markdown and JSON Lines per room)", permissions=["view"])
+    def has_export_permission(self, request: HttpRequest) -> bool:
+        """Every message of the rooms: the permission to view rooms and to view messages."""
+        return bool(request.user.has_perm("chat.view_room") and request.user.has_perm("chat.view_message"))
+
+    @admin.action(description="Export transcripts (zip: Markdown and JSON Lines per room)", permissions=["export"])
     def export(self, request: HttpRequest, queryset: QuerySet[Room]) -> HttpResponseBase | None:
         rooms = Room.objects.filter(pk__in=queryset.values("pk"))
         try:
