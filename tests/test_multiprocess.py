@@ -391,3 +391,35 @@ async def test_closing_a_room_from_the_admin_disconnects_both_processes(two: tup
         f"close from the admin on P1: room.closed and 4403 on {took} after the form was sent "
         f"(the admin's GET and POST took {(returned - sent) * 1000:.0f} ms)"
     )
+
+
+async def test_a_kick_from_the_admin_on_one_process_closes_the_socket_on_the_other(
+    two: tuple[Cluster, Browser, Browser],
+) -> None:
+    cluster, alice, bob = two
+    p1, p2 = cluster.processes
+    out = cluster.manage(
+        "shell",
+        "-c",
+        "from django.contrib.auth.models import User; from collab.chat.models import Membership; "
+        f"User.objects.create_superuser('root', password='{PASSWORD}'); "
+        "print(Membership.objects.get(room__slug='lab', user__username='bob').pk)",
+    )
+    membership_id = out.strip().splitlines()[-1]
+    root = await Browser.login(p1, "root")
+    async with alice.open(p1) as a_ws, bob.open(p2) as b_ws:
+        a, b = await opened(a_ws, b_ws)
+        await a.until(lambda t: t.members.get("bob") is True)
+        watch = asyncio.create_task(closed_with(b, "room.removed"))
+        sent = time.monotonic()
+        fields = {"action": "kick", "_selected_action": membership_id, "index": "0"}
+        status = await asyncio.to_thread(root.submit, p1, "/admin/chat/membership/", fields)
+        assert status == 302
+        code, at = await watch
+        assert code == 4403
+        await a.until(lambda t: "bob" not in t.members)
+    print(f"kick from the admin on P1: room.removed and 4403 on P2 {(at - sent) * 1000:.0f} ms after the form was sent")
+    assert cluster.manage("shell", "-c", _AUDIT).strip().splitlines()[-1] == "root kick bob"
+
+
+_AUDIT = "from collab.chat.models import AuditEntry; e = AuditEntry.objects.get(); print(e.actor_name, e.action, e.target_name)"
