@@ -342,7 +342,7 @@ def test_a_rooms_buttons_come_back_to_its_page(world: World, staff: Client) -> N
 @memory
 def test_staff_without_change_permission_cannot_act(world: World) -> None:
     viewer = User.objects.create_user("viewer", password="pw-viewer-123", is_staff=True)
-    viewer.user_permissions.add(Permission.objects.get(codename="view_room"))
+    viewer.user_permissions.add(*Permission.objects.filter(codename__in=["view_room", "view_message"]))
     client = Client()
     client.force_login(viewer)
     response = act(client, "room", "lock", world.room.pk)

@@ -141,7 +141,13 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def join_as_staff(request: HttpRequest, slug: str) -> HttpResponse:
     """The Join button of the read-only view: staff become members by their own act."""
-    the_room, membership = _viewer(request, slug)
+    try:
+        the_room, membership = _viewer(request, slug)
+    except Http404:
+        banned = Room.objects.filter(slug=slug, bans__user_id=_user(request).pk).first()
+        if banned is not None:  # a banned staff member is banned: the page that says so
+            return _banned_page(request, banned)
+        raise
     if membership is None:
         try:
             room_actions.join_room(_user(request), the_room)
