@@ -15,7 +15,7 @@ tail (`data-from`), so that its `data-length` and the offsets that follow still 
 from __future__ import annotations
 
 import html as html_lib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -75,6 +75,17 @@ def _excerpt(text: str) -> str:
     return head
 
 
+def asker(message: Message, askers: Mapping[int, str] | None = None) -> str:
+    """Who asked for a reply still streaming (their Stop button shows only to them, and to
+    the room's moderators): the question's author, when its row is at hand (loaded with
+    the reply, or among `askers`, the authors of a list's messages by id); else ""."""
+    if message.status != Message.Status.STREAMING or message.reply_to_id is None:
+        return ""
+    if Message.reply_to.is_cached(message):
+        return message.reply_to.author_name if message.reply_to is not None else ""
+    return (askers or {}).get(message.reply_to_id, "")
+
+
 def article(
     message: Message,
     *,
@@ -84,6 +95,7 @@ def article(
     state: str = "",
     limit: int | None = None,
     compact: bool = False,
+    askers: Mapping[int, str] | None = None,
 ) -> str:
     """One message. `live_text` is the text so far of a reply still streaming here, from
     character `live_from` on (0: all of it). A finished message whose HTML is over `limit`
@@ -92,6 +104,7 @@ def article(
     return _article.render(
         {
             "m": message,
+            "asker": asker(message, askers),
             "live_text": live_text,
             "live_from": live_from,
             "live_length": live_from + len(live_text) if live_text is not None else 0,
@@ -163,6 +176,7 @@ def fit(
     while they fit; the first that does not ends the page."""
     live_texts = live_texts or {}
     states = states or {}
+    askers = {m.id: m.author_name for m in messages if m.role == Message.Role.USER}
     limit = budget("ARTICLE_BYTES")
     n = len(messages)
     live = [i for i, m in enumerate(messages) if m.id in live_texts]
@@ -175,10 +189,10 @@ def fit(
     for i in reversed(live):
         m, text = messages[i], live_texts[messages[i].id]
         state = states.get(m.id, "")
-        frame = size(article(m, live_text="", live_from=len(text), state=state))
+        frame = size(article(m, live_text="", live_from=len(text), state=state, askers=askers))
         avail = min(live_room, room - used - frame)
         start = 0 if size(html_lib.escape(text)) <= avail else _tail_start(text, avail)
-        chosen[i] = article(m, live_text=text[start:], live_from=start, state=state)
+        chosen[i] = article(m, live_text=text[start:], live_from=start, state=state, askers=askers)
         live_room -= size(chosen[i]) - frame
         used += size(chosen[i])
     first = live[0] if live else n

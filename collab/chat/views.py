@@ -10,6 +10,7 @@ import os
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django import forms
+from django.conf import settings
 from django.contrib import messages as flash
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
@@ -134,6 +135,11 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "assistants": the_room.assistants.all(),
             "room_cost": providers.room_cost(the_room.id),
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
+            # Per viewer, for the page's own CSS: Stop shows on the replies this viewer may stop
+            # (the articles are the same for every member: `data-asker` on each).
+            "me": _user(request).get_username(),
+            "stops_any": membership is not None and membership.moderates,
+            "max_chars": settings.COLLAB["MAX_MESSAGE_CHARS"],
         },
     )
 
