@@ -1,7 +1,29 @@
-// The room page: a fresh client_id per message, Enter to send, follow the stream,
-// and say what the socket is doing. Everything else is htmx and its ws extension.
+// The room page, on top of htmx and its ws extension (which swap what the server sends).
+// Hand-written, no build step, no dependency. Every element it adds comes from a
+// <template> in templates/chat/room.html; model text only ever goes in as text.
+//
+// - The box: Enter sends, Shift+Enter breaks the line, @ completes assistant handles; it
+//   is cleared only once the server has the message (its article arrives with our
+//   client_id), a length counter near the limit, nothing sent over it.
+// - Streaming replies: the server appends raw text to #msg-N-body (the wire contract);
+//   beside it, a lightly formatted view (paragraphs, headings, lists, code blocks, bold,
+//   inline code), updated at most once per animation frame, only its last block.
+// - Following the end unless the reader scrolled up ("new messages" button); errors that
+//   can be dismissed and fade; copy buttons on code blocks; the member list's button;
+//   a live region that says when a reply starts and ends; reconnecting after a drop.
 (function () {
   "use strict";
+  var doc = document;
+  var stats = (window.collabStats = { frames: 0, ms: 0, maxMs: 0 });
+  var TERMINAL = { "room.removed": 1, "room.closed": 1, "session.ended": 1, "room.banned": 1 };
+  var ERROR_MS = 8000;
+  var MAX_ERRORS = 3;
+
+  function byId(id) { return doc.getElementById(id); }
+  function fromTemplate(id) {
+    var t = byId(id);
+    return t ? t.content.firstElementChild.cloneNode(true) : null;
+  }
   function uuid4() {
     if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
     var b = crypto.getRandomValues(new Uint8Array(16));
@@ -9,49 +31,425 @@
     var h = Array.prototype.map.call(b, function (x) { return (x + 256).toString(16).slice(1); }).join("");
     return h.slice(0, 8) + "-" + h.slice(8, 12) + "-" + h.slice(12, 16) + "-" + h.slice(16, 20) + "-" + h.slice(20);
   }
-  function composer() { return document.getElementById("composer"); }
+  function count(text) { return Array.from(text).length; } // characters, as the server counts them
+  function number(n) { return n.toLocaleString("en-US"); }
+
+  // --- saying things: the connection, errors, the live region -----------------------------------
   function setConn(text, cls) {
-    var el = document.getElementById("conn");
+    var el = byId("conn");
     if (el) { el.textContent = text; el.className = "conn " + (cls || ""); }
   }
-  function nearBottom(el) { return el.scrollHeight - el.scrollTop - el.clientHeight < 120; }
+  function announce(text) {
+    var el = byId("announcer");
+    if (el) el.textContent = text;
+  }
+  function showError(code, text) {
+    var errors = byId("errors"), p = fromTemplate("error-template");
+    if (!errors || !p) return;
+    p.setAttribute("data-code", code);
+    p.textContent = text;
+    errors.appendChild(p); // decorated by the observer, like the server's
+  }
+  function dropError(p) {
+    if (!p.parentNode) return;
+    p.classList.add("fading");
+    setTimeout(function () { if (p.parentNode) p.parentNode.removeChild(p); }, 400);
+  }
+  function decorateError(p) {
+    if (p.querySelector(".dismiss")) return;
+    var text = doc.createElement("span");
+    text.className = "text";
+    while (p.firstChild) text.appendChild(p.firstChild);
+    p.appendChild(text);
+    var close = fromTemplate("dismiss-template");
+    if (close) p.appendChild(close);
+    if (TERMINAL[p.getAttribute("data-code")]) return; // why the page stopped: it stays
+    var fade = function () {
+      if (p.contains(doc.activeElement)) setTimeout(fade, 2000); // not while its button has the focus
+      else dropError(p);
+    };
+    setTimeout(fade, ERROR_MS);
+  }
+  function watchErrors() {
+    var errors = byId("errors");
+    if (!errors) return;
+    new MutationObserver(function () {
+      var all = errors.querySelectorAll(".error");
+      all.forEach(decorateError);
+      for (var i = 0; i < all.length - MAX_ERRORS; i++) all[i].parentNode.removeChild(all[i]);
+    }).observe(errors, { childList: true });
+  }
 
-  document.addEventListener("DOMContentLoaded", function () {
-    var list = document.getElementById("messages");
-    if (list) list.scrollTop = list.scrollHeight;
-    var form = composer();
-    if (!form) return; // staff viewing read-only: no composer
-    form.client_id.value = uuid4();
-    form.text.addEventListener("keydown", function (e) {
-      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
-        e.preventDefault();
-        if (form.text.value.trim()) form.requestSubmit();
-      }
+  // --- the box ------------------------------------------------------------------------------------
+  var pending = null; // {id, text}: sent, not yet seen in the room
+  function form() { return byId("composer"); }
+  function maxChars() { var f = form(); return f ? Number(f.getAttribute("data-max")) || 8000 : 8000; }
+  function updateCounter() {
+    var f = form(), counter = byId("counter");
+    if (!f || !counter) return;
+    var n = count(f.text.value.trim()), max = maxChars(), over = n > max;
+    counter.hidden = n < max * 0.9;
+    counter.textContent = number(n) + " / " + number(max);
+    counter.classList.toggle("over", over);
+    if (over) f.text.setAttribute("aria-invalid", "true");
+    else f.text.removeAttribute("aria-invalid");
+  }
+  function accepted() {
+    // Our message is in the room: empty the box (unless something new was typed since).
+    var f = form();
+    if (!pending || !f) return;
+    var mine = doc.querySelector('#messages article[data-client-id="' + pending.id + '"]');
+    if (!mine) return;
+    if (f.text.value.trim() === pending.text) f.text.value = "";
+    f.client_id.value = uuid4();
+    pending = null;
+    updateCounter();
+  }
+  doc.addEventListener("htmx:wsConfigSend", function (e) {
+    var f = form();
+    if (!f || e.target !== f) return;
+    var params = e.detail.parameters, text = String(params.text || "").trim(), n = count(text), max = maxChars();
+    if (!text) { e.preventDefault(); return; }
+    if (n > max) {
+      e.preventDefault();
+      showError("message.too_long", "A message is at most " + number(max) + " characters; this one has " + number(n) + ". Shorten it, then send it again.");
+      return;
+    }
+    if (pending && pending.text !== text) { // an edit of a refused message is a new message
+      f.client_id.value = uuid4();
+      params.client_id = f.client_id.value;
+    }
+    pending = { id: String(params.client_id).toLowerCase(), text: text };
+  });
+
+  // @ completion: a listbox of the room's assistants under the caret's @word.
+  var mention = { open: false, index: 0 };
+  function options() {
+    var list = byId("mentions");
+    return list ? Array.prototype.filter.call(list.children, function (li) { return !li.hidden; }) : [];
+  }
+  function mentionWord(box) {
+    var m = /(^|[^\w@])@([A-Za-z0-9_-]{0,32})$/.exec(box.value.slice(0, box.selectionStart));
+    return m && box.selectionStart === box.selectionEnd ? m[2] : null;
+  }
+  function closeMentions() {
+    var list = byId("mentions"), f = form();
+    if (list) list.hidden = true;
+    if (f) f.text.removeAttribute("aria-activedescendant");
+    mention.open = false;
+  }
+  function highlight(i) {
+    var shown = options(), f = form();
+    mention.index = (i + shown.length) % shown.length;
+    shown.forEach(function (li, k) { li.setAttribute("aria-selected", k === mention.index ? "true" : "false"); });
+    f.text.setAttribute("aria-activedescendant", shown[mention.index].id);
+    shown[mention.index].scrollIntoView({ block: "nearest" });
+  }
+  function updateMentions() {
+    var f = form(), list = byId("mentions");
+    if (!f || !list) return;
+    var word = mentionWord(f.text);
+    if (word === null) { closeMentions(); return; }
+    word = word.toLowerCase();
+    var any = false;
+    Array.prototype.forEach.call(list.children, function (li) {
+      li.hidden = li.getAttribute("data-handle").toLowerCase().indexOf(word) !== 0;
+      any = any || !li.hidden;
     });
-  });
+    if (!any) { closeMentions(); return; }
+    list.hidden = false;
+    mention.open = true;
+    highlight(0);
+  }
+  function pick(li) {
+    var box = form().text, caret = box.selectionStart, before = box.value.slice(0, caret);
+    var start = before.lastIndexOf("@"), insert = "@" + li.getAttribute("data-handle") + " ";
+    box.value = before.slice(0, start) + insert + box.value.slice(caret);
+    box.selectionStart = box.selectionEnd = start + insert.length;
+    closeMentions();
+    updateCounter();
+  }
+  function onKey(e) {
+    var f = form();
+    if (mention.open) {
+      var shown = options();
+      if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+        e.preventDefault();
+        highlight(mention.index + (e.key === "ArrowDown" ? 1 : -1));
+        return;
+      }
+      if ((e.key === "Enter" && !e.shiftKey) || (e.key === "Tab" && !e.shiftKey)) {
+        e.preventDefault();
+        pick(shown[mention.index]);
+        return;
+      }
+      if (e.key === "Escape") { e.preventDefault(); closeMentions(); return; }
+    }
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      if (f.text.value.trim()) f.requestSubmit();
+    }
+  }
+  function setUpComposer() {
+    var f = form(), list = byId("mentions");
+    if (!f) return; // staff viewing read-only: no box
+    f.client_id.value = uuid4();
+    f.text.addEventListener("keydown", onKey);
+    f.text.addEventListener("input", function () { updateCounter(); updateMentions(); });
+    f.text.addEventListener("click", updateMentions);
+    f.text.addEventListener("blur", closeMentions);
+    if (list) {
+      list.addEventListener("mousedown", function (e) { e.preventDefault(); }); // keep the box focused
+      list.addEventListener("click", function (e) { var li = e.target.closest("li"); if (li) pick(li); });
+    }
+    updateCounter();
+  }
 
-  var follow = true;
-  document.addEventListener("htmx:wsBeforeMessage", function () {
-    var list = document.getElementById("messages");
-    follow = list ? nearBottom(list) : false;
+  // --- streaming replies, lightly formatted -------------------------------------------------------
+  // Blocks of Markdown-ish text from `start` (the start of a block, outside code).
+  function parse(text, start) {
+    var blocks = [], cur = null, pos = start, n = text.length, m;
+    while (pos < n) {
+      var nl = text.indexOf("\n", pos), end = nl < 0 ? n : nl, line = text.slice(pos, end), at = pos;
+      pos = nl < 0 ? n : nl + 1;
+      if (cur && cur.kind === "pre") {
+        if (/^\s*```\s*$/.test(line)) cur = null;
+        else cur.lines.push(line);
+        continue;
+      }
+      if ((m = /^\s*```/.exec(line))) { cur = { kind: "pre", start: at, lines: [] }; blocks.push(cur); continue; }
+      if (!line.trim()) { cur = null; continue; }
+      if ((m = /^(#{1,6})\s+(.*)$/.exec(line))) { cur = null; blocks.push({ kind: "h" + m[1].length, start: at, lines: [m[2]] }); continue; }
+      if ((m = /^\s*([-*+]|\d+[.)])\s+(.*)$/.exec(line))) {
+        var kind = /\d/.test(m[1]) ? "ol" : "ul";
+        if (!cur || cur.kind !== kind) { cur = { kind: kind, start: at, lines: [] }; blocks.push(cur); }
+        cur.lines.push(m[2]);
+        continue;
+      }
+      if (cur && (cur.kind === "p" || ((cur.kind === "ul" || cur.kind === "ol") && /^\s/.test(line)))) {
+        cur.lines[cur.lines.length - 1] += "\n" + line;
+        continue;
+      }
+      cur = { kind: "p", start: at, lines: [line] };
+      blocks.push(cur);
+    }
+    return blocks;
+  }
+  var INLINE = /`([^`\n]+)`|\*\*([^*\n]+)\*\*/g;
+  function inline(el, text) {
+    el.textContent = "";
+    var last = 0, m;
+    INLINE.lastIndex = 0;
+    while ((m = INLINE.exec(text))) {
+      if (m.index > last) el.appendChild(doc.createTextNode(text.slice(last, m.index)));
+      var span = doc.createElement(m[1] !== undefined ? "code" : "strong");
+      span.textContent = m[1] !== undefined ? m[1] : m[2];
+      el.appendChild(span);
+      last = INLINE.lastIndex;
+    }
+    if (last < text.length) el.appendChild(doc.createTextNode(text.slice(last)));
+  }
+  function fill(el, block) {
+    if (block.kind === "pre") {
+      var code = el.firstChild || el.appendChild(doc.createElement("code"));
+      code.textContent = block.lines.join("\n");
+    } else if (block.kind === "ul" || block.kind === "ol") {
+      block.lines.forEach(function (line, i) {
+        var li = el.children[i] || el.appendChild(doc.createElement("li"));
+        if (li.getAttribute("data-src") !== line) { li.setAttribute("data-src", line); inline(li, line); }
+      });
+      while (el.children.length > block.lines.length) el.removeChild(el.lastChild);
+    } else {
+      inline(el, block.lines[0]);
+    }
+    return el;
+  }
+  var views = new WeakMap(); // raw body -> its formatted view's state
+  var streaming = [];
+  function liveState(article) {
+    var body = article.querySelector(".body.raw");
+    if (!body) return null;
+    var s = views.get(body);
+    if (!s) {
+      var view = doc.createElement("div");
+      view.className = "live md";
+      body.parentNode.insertBefore(view, body.nextSibling);
+      article.classList.add("formatted");
+      s = { article: article, body: body, view: view, nodes: 0, text: "", shown: -1, blocks: [], tail: 0 };
+      views.set(body, s);
+    }
+    return s;
+  }
+  function renderLive(s) {
+    var nodes = s.body.childNodes;
+    if (nodes.length < s.nodes) { s.nodes = 0; s.text = ""; } // replaced meanwhile: read it again
+    for (; s.nodes < nodes.length; s.nodes++) s.text += nodes[s.nodes].textContent;
+    if (s.text.length === s.shown) return false;
+    s.shown = s.text.length;
+    // Blocks before the last one are done; parse again from the last one's start.
+    var keep = Math.max(0, s.blocks.length - 1);
+    var from = s.blocks.length ? s.blocks[keep].start : 0;
+    var fresh = parse(s.text, from);
+    for (var i = 0; i < fresh.length; i++) {
+      var old = s.blocks[keep + i];
+      if (old && old.kind === fresh[i].kind) {
+        fresh[i].el = old.el;
+      } else {
+        fresh[i].el = doc.createElement(fresh[i].kind);
+        if (old) s.view.replaceChild(fresh[i].el, old.el);
+        else s.view.appendChild(fresh[i].el);
+      }
+      fill(fresh[i].el, fresh[i]);
+    }
+    for (var k = keep + fresh.length; k < s.blocks.length; k++) s.view.removeChild(s.blocks[k].el);
+    s.blocks = s.blocks.slice(0, keep).concat(fresh);
+    var elapsed = s.article.querySelector(".elapsed");
+    if (elapsed && s.text) elapsed.textContent = "";
+    return true;
+  }
+
+  // --- what changed since the last frame ----------------------------------------------------------
+  var statuses = new Map(), scanned = false;
+  function name(article) { return article.getAttribute("data-author") || "An assistant"; }
+  function scan() {
+    var list = byId("messages");
+    if (!list) return;
+    var said = [];
+    streaming = [];
+    list.querySelectorAll("article[data-role=assistant]").forEach(function (a) {
+      var status = a.getAttribute("data-status"), before = statuses.get(a.id);
+      if (status === "streaming") {
+        var s = liveState(a);
+        if (s) streaming.push(s);
+        if (before === undefined && scanned) said.push(name(a) + " is replying.");
+      } else if (before === "streaming") {
+        said.push(name(a) + (status === "done" ? " finished." : " " + status + "."));
+      }
+      statuses.set(a.id, status);
+    });
+    list.querySelectorAll(".body.md pre:not([data-copy])").forEach(function (pre) {
+      pre.setAttribute("data-copy", "1");
+      var wrap = doc.createElement("div"), button = fromTemplate("copy-template");
+      wrap.className = "code";
+      pre.parentNode.insertBefore(wrap, pre);
+      wrap.appendChild(pre);
+      if (button) wrap.appendChild(button);
+    });
+    if (said.length) announce(said.join(" "));
+    scanned = true;
+    accepted();
+  }
+
+  // Following the end of the list, unless the reader scrolled up.
+  var following = true, lastTop = 0;
+  function nearBottom(el) { return el.scrollHeight - el.scrollTop - el.clientHeight < 40; }
+  function toBottom(list) {
+    list.scrollTop = list.scrollHeight;
+    lastTop = list.scrollTop;
+    following = true;
+    var pill = byId("new-below");
+    if (pill) pill.hidden = true;
+  }
+  doc.addEventListener("scroll", function (e) {
+    var list = byId("messages");
+    if (e.target !== list) return;
+    if (list.scrollTop < lastTop - 2) following = false; // the reader went up
+    else if (nearBottom(list)) toBottom(list);
+    lastTop = list.scrollTop;
+  }, true);
+
+  var dirty = { structure: false, text: false }, scheduled = false;
+  function schedule() {
+    if (!scheduled) { scheduled = true; requestAnimationFrame(frame); }
+  }
+  function frame() {
+    scheduled = false;
+    var t0 = performance.now(), grew = dirty.structure;
+    if (dirty.structure) scan();
+    if (dirty.structure || dirty.text) {
+      streaming = streaming.filter(function (s) { return s.body.isConnected; });
+      streaming.forEach(function (s) { grew = renderLive(s) || grew; });
+    }
+    dirty.structure = dirty.text = false;
+    var list = byId("messages");
+    if (list && grew) {
+      if (following) toBottom(list);
+      else { var pill = byId("new-below"); if (pill) pill.hidden = false; }
+    }
+    var ms = performance.now() - t0;
+    stats.frames++; stats.ms += ms; if (ms > stats.maxMs) stats.maxMs = ms;
+  }
+  doc.addEventListener("htmx:wsAfterMessage", function (e) {
+    var text = e.detail && e.detail.message;
+    if (typeof text !== "string" || text.indexOf("<article") !== -1 || text.indexOf('id="messages"') !== -1) dirty.structure = true;
+    dirty.text = true;
+    schedule();
   });
-  document.addEventListener("htmx:wsAfterMessage", function () {
-    var list = document.getElementById("messages");
-    if (list && follow) list.scrollTop = list.scrollHeight;
-  });
-  document.addEventListener("htmx:wsAfterSend", function (e) {
-    var form = composer();
-    if (form && e.detail && e.detail.elt === form) {
-      form.text.value = "";
-      form.client_id.value = uuid4();
+  // "show all" and "older messages" bring articles over HTTP.
+  doc.addEventListener("htmx:afterSettle", function () { dirty.structure = true; schedule(); });
+
+  // Waiting for the first token: seconds since the reply was asked for, beside its state.
+  function tick() {
+    var now = Date.now() / 1000;
+    streaming.forEach(function (s) {
+      var el = s.article.querySelector(".elapsed");
+      if (!el || s.text) return;
+      var since = Number(el.getAttribute("data-since")) || now, secs = Math.floor(now - since);
+      if (secs < 0 || secs > 86400) { el.setAttribute("data-since", String(now)); secs = 0; } // another clock
+      el.textContent = secs >= 1 ? secs + " s" : "";
+    });
+  }
+
+  // --- clicks: copy, the member list, the "new messages" button -------------------------------------
+  function copied(button) {
+    button.textContent = "Copied";
+    announce("Copied.");
+    setTimeout(function () { button.textContent = "Copy"; }, 2000);
+  }
+  function copyByHand(button, pre) {
+    var range = doc.createRange(), selection = window.getSelection();
+    range.selectNodeContents(pre);
+    selection.removeAllRanges();
+    selection.addRange(range);
+    var done = false;
+    try { done = doc.execCommand("copy"); } catch (err) { done = false; }
+    if (done) copied(button);
+    else { button.textContent = "Press Ctrl+C"; announce("The code is selected: press Control C to copy it."); }
+  }
+  doc.addEventListener("click", function (e) {
+    var t = e.target.closest && e.target.closest("button");
+    if (!t) return;
+    if (t.classList.contains("copy")) {
+      var pre = t.parentNode.querySelector("pre"), text = pre.textContent;
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(text).then(function () { copied(t); }, function () { copyByHand(t, pre); });
+      } else copyByHand(t, pre);
+    } else if (t.classList.contains("dismiss")) {
+      dropError(t.closest(".error"));
+      var f = form();
+      if (f) f.text.focus();
+    } else if (t.id === "side-toggle") {
+      var open = t.closest(".room").classList.toggle("show-side");
+      t.setAttribute("aria-expanded", open ? "true" : "false");
+    } else if (t.id === "new-below") {
+      var list = byId("messages");
+      if (list) toBottom(list);
     }
   });
-  document.addEventListener("htmx:wsOpen", function () {
+
+  // --- the socket -----------------------------------------------------------------------------------
+  if (window.htmx) {
+    // After a drop (a server restart, a network change): try again soon, then up to every 8 s.
+    htmx.config.wsReconnectDelay = function (retries) {
+      return Math.min(500 * Math.pow(2, retries), 8000) * (0.5 + Math.random() / 2);
+    };
+  }
+  doc.addEventListener("htmx:wsOpen", function () {
     setConn("live", "ok");
-    var errors = document.getElementById("errors");
+    var errors = byId("errors");
     if (errors) errors.textContent = "";
   });
-  document.addEventListener("htmx:wsClose", function (e) {
+  doc.addEventListener("htmx:wsClose", function (e) {
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
     if (code === 4408 || code === 4503) {
       // 4408: this page fell too far behind the room; 4503: the server could not resync it.
@@ -61,10 +459,21 @@
       if (again) setTimeout(function () { again.reconnect(); }, 500 + Math.random() * 1500);
     } else if (code === 4403) {
       setConn("no access to this room", "bad");
-      var form = composer();
-      if (form) form.querySelectorAll("textarea,button").forEach(function (el) { el.disabled = true; });
+      var f = form();
+      if (f) f.querySelectorAll("textarea,button").forEach(function (el) { el.disabled = true; });
     } else {
-      setConn("reconnecting…", "warn");
+      setConn("reconnecting…", "warn"); // the extension reconnects by itself (1006, 1011, 1012, 1013)
     }
+  });
+
+  doc.addEventListener("DOMContentLoaded", function () {
+    var list = byId("messages");
+    if (!list) return;
+    watchErrors();
+    setUpComposer();
+    scan();
+    streaming.forEach(renderLive);
+    toBottom(list);
+    setInterval(tick, 1000);
   });
 })();

@@ -1,4 +1,5 @@
 from django import template
+from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
 
@@ -9,3 +10,11 @@ def ms(value: float | None) -> str:
     if value is None:
         return ""
     return f"{value:.0f} ms" if value < 1000 else f"{value / 1000:.1f} s"
+
+
+@register.filter
+def css_string(value: object) -> SafeString:
+    """`value` as the inside of a quoted CSS string, e.g. an attribute selector's value:
+    every character but ASCII letters, digits, "-" and "_" as a CSS escape (`\\HEX `).
+    The result holds nothing HTML or CSS could read as markup: safe inside <style>."""
+    return mark_safe("".join(c if c.isascii() and (c.isalnum() or c in "-_") else f"\\{ord(c):x} " for c in str(value)))
