@@ -4,6 +4,8 @@ Playwright, against a real Daphne on the simulated model.
 Chromium comes from the system (`.ci/run` installs Debian's package `chromium`); where
 it is absent the browser tests skip with a notice, except in CI (`CI=true`), where
 they fail. Screenshots go to `COLLAB_TEST_ARTIFACTS` (default `.cache/test-artifacts`).
+axe-core (vendor/axe.min.js, see vendor/README.md) is injected into pages by
+`axe_violations`: nothing is fetched from the network.
 """
 
 from __future__ import annotations
@@ -24,23 +26,36 @@ from tests.test_e2e import free_port, login, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("COLLAB_TEST_ARTIFACTS", ROOT / ".cache" / "test-artifacts"))
+AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
 PASSWORD = "browser-pw-123"
 
+# The model's speed: 750 tokens/s (a fast provider's), "+slow" a tenth of it. Each
+# assistant's max_tokens cuts the simulator's reply (SIM_TOKENS): @a and @b write 300
+# tokens (0.4 s), @slow 600 (8 s: long enough to stop, reload or restart mid-reply),
+# @long1 and @long2 6,000 each (8 s side by side at 750 tokens/s: the smoothness test);
+# @mute never sends a token (stop it).
+SIM_TPS, SIM_TOKENS = 750.0, 6000
+ASSISTANTS = [
+    ("a", "sim", 300), ("b", "sim", 300), ("slow", "sim+slow", 600),
+    ("long1", "sim", 6000), ("long2", "sim", 6000), ("mute", "sim+stall@0", 100),
+]  # fmt: skip
+
+# alice owns room "lab"; bob and carol are members (carol: the rate-limit test's, so
+# that her used-up posting rate slows nobody else down).
 SETUP = f"""
 from django.contrib.auth.models import User
 from collab.chat.actions import providers, rooms
 from collab.chat.models import Assistant, Membership
 alice = User.objects.create_user("alice", password="{PASSWORD}")
-bob = User.objects.create_user("bob", password="{PASSWORD}")
 room = rooms.create_room(alice, "Lab", topic="in a real browser")
-Membership.objects.create(room=room, user=bob)
+for name in ("bob", "carol"):
+    Membership.objects.create(room=room, user=User.objects.create_user(name, password="{PASSWORD}"))
 provider = providers.ensure_default_assistant().provider
-for h, model in (("a", "sim"), ("b", "sim"), ("slow", "sim+slow")):
-    room.assistants.add(Assistant.objects.create(handle=h, display_name=h.upper(), provider=provider, model=model))
+for h, model, tokens in {ASSISTANTS!r}:
+    room.assistants.add(
+        Assistant.objects.create(handle=h, display_name=h.upper(), provider=provider, model=model, max_tokens=tokens)
+    )
 """
-# The model's speed: @a and @b at 750 tokens/s (a fast provider's), @slow at a tenth of it
-# (a reply of SIM_TOKENS takes 4 s: long enough to stop, reload or restart mid-reply).
-SIM_TPS, SIM_TOKENS = 750.0, 300
 
 
 def chromium_path() -> str:
@@ -55,7 +70,7 @@ def chromium_path() -> str:
 
 @dataclass
 class Site:
-    """A Daphne process on a SQLite file of its own, with alice (owner) and bob in room lab."""
+    """A Daphne process on a SQLite file of its own, with alice (owner), bob and carol in room lab."""
 
     url: str
     env: dict[str, str]
@@ -128,13 +143,20 @@ def chromium() -> Iterator[Any]:
         browser.close()
 
 
+def open_page(chromium: Any, site: Site, username: str | None, path: str, **context_options: Any) -> Any:
+    """A new browser context (logged in as `username`, unless None) on `path`."""
+    context = chromium.new_context(**context_options)
+    if username is not None:
+        host = site.url.split("//", 1)[1].split(":")[0]
+        context.add_cookies([{"name": "sessionid", "value": site.cookie(username), "domain": host, "path": "/"}])
+    page = context.new_page()
+    page.goto(f"{site.url}{path}")
+    return page
+
+
 def open_room(chromium: Any, site: Site, username: str, **context_options: Any) -> Any:
     """A new browser context logged in as `username`, on the room page, its socket live."""
-    context = chromium.new_context(**context_options)
-    host = site.url.split("//", 1)[1].split(":")[0]
-    context.add_cookies([{"name": "sessionid", "value": site.cookie(username), "domain": host, "path": "/"}])
-    page = context.new_page()
-    page.goto(f"{site.url}/r/lab/")
+    page = open_page(chromium, site, username, "/r/lab/", **context_options)
     page.wait_for_selector("#conn.ok")
     return page
 
@@ -144,3 +166,43 @@ def screenshot(page: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path))
     return path
+
+
+def send(page: Any, text: str) -> None:
+    """Type `text` into the message box and press Enter, as a person would send it."""
+    box = page.locator("#composer textarea")
+    box.fill(text)
+    box.press("Enter")
+
+
+def finished(page: Any, count: int, timeout: float = 30_000) -> None:
+    """Wait until the page shows at least `count` assistant replies that have ended."""
+    page.wait_for_function(
+        "n => document.querySelectorAll('article[data-role=assistant]:not([data-status=streaming])').length >= n",
+        arg=count,
+        timeout=timeout,
+    )
+
+
+def streaming_article(page: Any, min_chars: int = 20) -> Any:
+    """The newest assistant article, once it shows at least `min_chars` of streamed text."""
+    page.wait_for_function(
+        """n => { const a = [...document.querySelectorAll('article[data-role=assistant][data-status=streaming]')].pop();
+                  return a && a.querySelector('.body').textContent.length >= n; }""",
+        arg=min_chars,
+    )
+    return page.locator("article[data-role=assistant][data-status=streaming]").last
+
+
+def axe_violations(page: Any) -> list[dict[str, Any]]:
+    """axe-core's violations on the page as it is (every rule axe runs by default), each
+    with its id, impact and the first few elements it names."""
+    page.add_script_tag(path=str(AXE))
+    result: list[dict[str, Any]] = page.evaluate(
+        """async () => {
+            const r = await axe.run(document, {resultTypes: ['violations']});
+            return r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.slice(0, 5).map(n => n.target.join(' ') + ' :: ' + n.failureSummary)}));
+        }"""
+    )
+    return result

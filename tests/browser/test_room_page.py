@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import open_room, screenshot
+from tests.browser.conftest import finished, open_room, screenshot, send, streaming_article
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -29,19 +29,6 @@ WATCH_GROWTH = """() => {
 }"""
 
 
-def send(page: Any, text: str) -> None:
-    box = page.locator("#composer textarea")
-    box.fill(text)
-    box.press("Enter")
-
-
-def finished(page: Any, count: int) -> None:
-    page.wait_for_function(
-        "n => document.querySelectorAll('article[data-role=assistant]:not([data-status=streaming])').length >= n",
-        arg=count,
-    )
-
-
 def test_two_members_watch_two_replies_grow_then_render(chromium: Any, site: Any) -> None:
     alice = open_room(chromium, site, "alice")
     bob = open_room(chromium, site, "bob")
@@ -60,3 +47,85 @@ def test_two_members_watch_two_replies_grow_then_render(chromium: Any, site: Any
             assert article.get_attribute("data-status") == "done"
             assert article.locator(".body.md p").count() >= 1
     screenshot(alice, "room-two-replies")
+
+
+def test_stop_from_the_page(chromium: Any, site: Any) -> None:
+    alice = open_room(chromium, site, "alice")
+    bob = open_room(chromium, site, "bob")
+    send(alice, "@slow tell me everything")
+    article = streaming_article(alice)
+    article_id = article.get_attribute("id")
+    # Only those who may stop see Stop: the asker, not another member.
+    assert bob.locator(f"#{article_id}").get_by_role("button", name="Stop").count() == 0
+    article.get_by_role("button", name="Stop").click()
+    for page in (alice, bob):
+        page.wait_for_selector(f"#{article_id}[data-status=stopped]")
+        assert len(page.locator(f"#{article_id} .body").inner_text()) >= 20
+    assert alice.locator("#errors .error").count() == 0
+
+
+def test_reload_mid_reply_resumes(chromium: Any, site: Any) -> None:
+    alice = open_room(chromium, site, "alice")
+    send(alice, "@slow a long answer please")
+    article = streaming_article(alice, 40)
+    article_id = article.get_attribute("id")
+    alice.reload()
+    alice.wait_for_selector("#conn.ok")
+    alice.evaluate(WATCH_GROWTH)
+    # The page and its snapshot still know who asked: alice sees Stop, bob (opening now) does not.
+    assert alice.locator(f"#{article_id}").get_by_role("button", name="Stop").count() == 1
+    bob = open_room(chromium, site, "bob")
+    bob.wait_for_selector(f"#{article_id}[data-status=streaming]")
+    assert bob.locator(f"#{article_id}").get_by_role("button", name="Stop").count() == 0
+    alice.wait_for_selector(f"#{article_id}[data-status=done]", timeout=30_000)
+    growth = alice.evaluate("window.__growth")
+    assert len(growth[article_id]["lengths"]) >= 3  # it went on growing after the reload
+    stored = site.shell(
+        f"from collab.chat.models import Message; print(len(Message.objects.get(pk={article_id[4:]}).text))"
+    )
+    assert int(stored.strip().splitlines()[-1]) > 40
+
+
+def test_the_owner_sees_stop_on_a_members_reply(chromium: Any, site: Any) -> None:
+    alice = open_room(chromium, site, "alice")
+    bob = open_room(chromium, site, "bob")
+    send(bob, "@slow and what do you think?")
+    article_id = streaming_article(bob).get_attribute("id")
+    alice.wait_for_selector(f"#{article_id}[data-status=streaming]")
+    # The asker and the owner (who moderates) may stop it: both see Stop. The owner stops it.
+    assert bob.locator(f"#{article_id}").get_by_role("button", name="Stop").count() == 1
+    alice.locator(f"#{article_id}").get_by_role("button", name="Stop").click()
+    for page in (alice, bob):
+        page.wait_for_selector(f"#{article_id}[data-status=stopped]")
+    assert alice.locator("#errors .error").count() == 0
+
+
+def test_server_restart_mid_reply(chromium: Any, site: Any) -> None:
+    """Daphne killed (SIGKILL) mid-reply and started again on the same port: each page
+    reconnects by itself, the reply ends `interrupted` with the text it had (the new
+    process's sweep), and nobody is logged out."""
+    alice = open_room(chromium, site, "alice")
+    bob = open_room(chromium, site, "bob")
+    send(alice, "@slow a long answer before the restart")
+    # Some 2 s in: the database's checkpoint of the text (at most 1 s behind) holds some.
+    article = streaming_article(alice, 600)
+    article_id = article.get_attribute("id")
+    assert site.proc is not None
+    site.proc.kill()
+    site.proc.wait(10)
+    for page in (alice, bob):
+        page.wait_for_selector("#conn:not(.ok)")  # the page noticed the drop
+        assert page.locator(f"#{article_id}").get_attribute("data-status") == "streaming"
+    site.start()
+    for page in (alice, bob):
+        page.wait_for_selector("#conn.ok", timeout=30_000)  # reconnected, not refused (4403)
+        page.wait_for_selector(
+            f"#{article_id}[data-status=interrupted], #{article_id}[data-status=failed]", timeout=45_000
+        )
+        assert len(page.locator(f"#{article_id} .body").inner_text()) >= 200  # the text it had, kept
+        assert page.locator("#composer textarea").is_enabled()
+    # Still logged in: the page loads again as the room, not the login form.
+    alice.reload()
+    alice.wait_for_selector("#conn.ok")
+    assert "/accounts/login" not in alice.url
+    screenshot(alice, "room-after-restart")
