@@ -30,7 +30,7 @@ WATCH_GROWTH = """() => {
 
 
 def test_two_members_watch_two_replies_grow_then_render(chromium: Any, site: Any) -> None:
-    alice = open_room(chromium, site, "alice")
+    alice = open_room(chromium, site, "alice", viewport={"width": 1280, "height": 1280})
     bob = open_room(chromium, site, "bob")
     for page in (alice, bob):
         page.evaluate(WATCH_GROWTH)
@@ -46,6 +46,9 @@ def test_two_members_watch_two_replies_grow_then_render(chromium: Any, site: Any
         for article in page.locator("article[data-role=assistant]").all():
             assert article.get_attribute("data-status") == "done"
             assert article.locator(".body.md p").count() >= 1
+    # The picture in the README: the question, then both replies as they ended.
+    alice.locator("article[data-role=user]").last.evaluate("a => a.scrollIntoView({block: 'start'})")
+    alice.locator("#composer textarea").blur()
     screenshot(alice, "room-two-replies")
 
 
