@@ -1,13 +1,12 @@
 // The room page, on top of htmx and its ws extension (which swap what the server sends).
-// Hand-written, no build step, no dependency. Every element it adds comes from a
-// <template> in templates/chat/room.html; model text only ever goes in as text.
+// Hand-written, no build step, no dependency (stream.js, loaded first, is ours too). The
+// buttons and messages it adds come from <template>s in templates/chat/room.html (it only
+// wraps text and code blocks in plain elements); model text only ever goes in as text.
 //
 // - The box: Enter sends, Shift+Enter breaks the line, @ completes assistant handles; it
 //   is cleared only once the server has the message (its article arrives with our
 //   client_id), a length counter near the limit, nothing sent over it.
-// - Streaming replies: the server appends raw text to #msg-N-body (the wire contract);
-//   beside it, a lightly formatted view (paragraphs, headings, lists, code blocks, bold,
-//   inline code), updated at most once per animation frame, only its last block.
+// - Streaming replies (formatted by stream.js): updated at most once per animation frame.
 // - Following the end unless the reader scrolled up ("new messages" button); errors that
 //   can be dismissed and fade; copy buttons on code blocks; the member list's button;
 //   a live region that says when a reply starts and ends; reconnecting after a drop.
@@ -205,108 +204,9 @@
     updateCounter();
   }
 
-  // --- streaming replies, lightly formatted -------------------------------------------------------
-  // Blocks of Markdown-ish text from `start` (the start of a block, outside code).
-  function parse(text, start) {
-    var blocks = [], cur = null, pos = start, n = text.length, m;
-    while (pos < n) {
-      var nl = text.indexOf("\n", pos), end = nl < 0 ? n : nl, line = text.slice(pos, end), at = pos;
-      pos = nl < 0 ? n : nl + 1;
-      if (cur && cur.kind === "pre") {
-        if (/^\s*```\s*$/.test(line)) cur = null;
-        else cur.lines.push(line);
-        continue;
-      }
-      if ((m = /^\s*```/.exec(line))) { cur = { kind: "pre", start: at, lines: [] }; blocks.push(cur); continue; }
-      if (!line.trim()) { cur = null; continue; }
-      if ((m = /^(#{1,6})\s+(.*)$/.exec(line))) { cur = null; blocks.push({ kind: "h" + m[1].length, start: at, lines: [m[2]] }); continue; }
-      if ((m = /^\s*([-*+]|\d+[.)])\s+(.*)$/.exec(line))) {
-        var kind = /\d/.test(m[1]) ? "ol" : "ul";
-        if (!cur || cur.kind !== kind) { cur = { kind: kind, start: at, lines: [] }; blocks.push(cur); }
-        cur.lines.push(m[2]);
-        continue;
-      }
-      if (cur && (cur.kind === "p" || ((cur.kind === "ul" || cur.kind === "ol") && /^\s/.test(line)))) {
-        cur.lines[cur.lines.length - 1] += "\n" + line;
-        continue;
-      }
-      cur = { kind: "p", start: at, lines: [line] };
-      blocks.push(cur);
-    }
-    return blocks;
-  }
-  var INLINE = /`([^`\n]+)`|\*\*([^*\n]+)\*\*/g;
-  function inline(el, text) {
-    el.textContent = "";
-    var last = 0, m;
-    INLINE.lastIndex = 0;
-    while ((m = INLINE.exec(text))) {
-      if (m.index > last) el.appendChild(doc.createTextNode(text.slice(last, m.index)));
-      var span = doc.createElement(m[1] !== undefined ? "code" : "strong");
-      span.textContent = m[1] !== undefined ? m[1] : m[2];
-      el.appendChild(span);
-      last = INLINE.lastIndex;
-    }
-    if (last < text.length) el.appendChild(doc.createTextNode(text.slice(last)));
-  }
-  function fill(el, block) {
-    if (block.kind === "pre") {
-      var code = el.firstChild || el.appendChild(doc.createElement("code"));
-      code.textContent = block.lines.join("\n");
-    } else if (block.kind === "ul" || block.kind === "ol") {
-      block.lines.forEach(function (line, i) {
-        var li = el.children[i] || el.appendChild(doc.createElement("li"));
-        if (li.getAttribute("data-src") !== line) { li.setAttribute("data-src", line); inline(li, line); }
-      });
-      while (el.children.length > block.lines.length) el.removeChild(el.lastChild);
-    } else {
-      inline(el, block.lines[0]);
-    }
-    return el;
-  }
-  var views = new WeakMap(); // raw body -> its formatted view's state
+  // --- streaming replies: stream.js formats them -------------------------------------------------
+  var liveState = window.collabStream.state, renderLive = window.collabStream.render;
   var streaming = [];
-  function liveState(article) {
-    var body = article.querySelector(".body.raw");
-    if (!body) return null;
-    var s = views.get(body);
-    if (!s) {
-      var view = doc.createElement("div");
-      view.className = "live md";
-      body.parentNode.insertBefore(view, body.nextSibling);
-      article.classList.add("formatted");
-      s = { article: article, body: body, view: view, nodes: 0, text: "", shown: -1, blocks: [], tail: 0 };
-      views.set(body, s);
-    }
-    return s;
-  }
-  function renderLive(s) {
-    var nodes = s.body.childNodes;
-    if (nodes.length < s.nodes) { s.nodes = 0; s.text = ""; } // replaced meanwhile: read it again
-    for (; s.nodes < nodes.length; s.nodes++) s.text += nodes[s.nodes].textContent;
-    if (s.text.length === s.shown) return false;
-    s.shown = s.text.length;
-    // Blocks before the last one are done; parse again from the last one's start.
-    var keep = Math.max(0, s.blocks.length - 1);
-    var from = s.blocks.length ? s.blocks[keep].start : 0;
-    var fresh = parse(s.text, from);
-    for (var i = 0; i < fresh.length; i++) {
-      var old = s.blocks[keep + i];
-      if (old && old.kind === fresh[i].kind) {
-        fresh[i].el = old.el;
-      } else {
-        fresh[i].el = doc.createElement(fresh[i].kind);
-        if (old) s.view.replaceChild(fresh[i].el, old.el);
-        else s.view.appendChild(fresh[i].el);
-      }
-      fill(fresh[i].el, fresh[i]);
-    }
-    for (var k = keep + fresh.length; k < s.blocks.length; k++) s.view.removeChild(s.blocks[k].el);
-    s.blocks = s.blocks.slice(0, keep).concat(fresh);
-    var elapsed = s.article.querySelector(".elapsed");
-    if (elapsed && s.text) elapsed.textContent = "";
-    return true;
-  }
 
   // --- what changed since the last frame ----------------------------------------------------------
   var statuses = new Map(), scanned = false;
