@@ -70,6 +70,23 @@ async def test_member_gets_snapshot(world: World) -> None:
         assert "bob" in m.raw[0]
 
 
+async def test_a_streaming_reply_with_no_live_record_shows_its_checkpoint(world: World) -> None:
+    """Its process died (or Redis lost the record): the snapshot shows the text the
+    database checkpointed, not an empty reply, until the sweep ends it."""
+
+    def orphan() -> Message:
+        question = Message.objects.create(room=world.room, seq=1, role="user", author=world.alice, text="go on")
+        return Message.objects.create(
+            room=world.room, seq=2, role="assistant", author_name="A", reply_to=question,
+            status=Message.Status.STREAMING, text="checkpointed so far",
+        )  # fmt: skip
+
+    reply = await database_sync_to_async(orphan)()
+    async with member(world.bob) as bob:
+        assert f'id="msg-{reply.id}-body"' in bob.raw[0]
+        assert "checkpointed so far" in bob.raw[0]
+
+
 @pytest.mark.parametrize("who", ["carol", "anonymous"])
 async def test_non_member_is_accepted_then_closed_4403(world: World, who: str) -> None:
     user = world.carol if who == "carol" else None

@@ -61,6 +61,12 @@ async def snapshot(room_id: int, room_slug: str) -> tuple[str, str, dict[int, fl
         view = views.get(m.id)
         if m.status != Message.Status.STREAMING or (view is not None and view.ended):
             floors[m.id] = NO_FLOOR
+        elif view is None and m.text:
+            # Checkpointed, but no live record (its process died, or Redis lost it): the
+            # stored text so far, and no pieces; its final article (the sweep's, or the
+            # owner's once it restores the record and resyncs the sockets) replaces it.
+            live_texts[m.id] = m.text
+            floors[m.id] = NO_FLOOR
         elif view is None:  # announced, not begun: every piece is still to come
             live_texts[m.id] = ""
             floors[m.id] = 0
