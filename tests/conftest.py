@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
@@ -256,3 +257,31 @@ def reply_ids(frames: Frames, role: str = "assistant") -> list[int]:
 def all_final(frames: Frames, n: int) -> bool:
     done = [r for r in frames.replies.values() if r.role == "assistant" and r.final_attrs]
     return len(done) >= n
+
+
+async def closed(m: Member, timeout: float = 5.0) -> int:
+    """Read the socket until the server closes it: the close code (the frames read on the
+    way are in m.frames, their errors in m.frames.errors)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            out = await m.comm.receive_output(timeout)
+            if out["type"] == "websocket.close":
+                return int(out.get("code", 1000))
+            m.raw.append(out["text"])
+            m.frames.feed(out["text"], time.monotonic())
+
+
+async def stalling(world: World, *handles: str) -> None:
+    """Make assistants (all of them, or those named) stream 8 tokens and then wait, up to
+    the provider's 60 s read timeout: still streaming whenever a test acts, however
+    loaded the machine is."""
+
+    def change() -> None:
+        for handle, assistant in world.assistants.items():
+            if not handles or handle in handles:
+                assistant.model = "sim+stall@8"
+                assistant.save()
+        world.provider.read_timeout_s = 60
+        world.provider.save()
+
+    await database_sync_to_async(change)()

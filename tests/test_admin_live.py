@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from html.parser import HTMLParser
 
@@ -24,7 +23,7 @@ from collab.chat.lifecycle import runtime
 from collab.chat.models import AuditEntry, Message, Room
 from collab.chat.shared.base import STATUS_TTL_S
 from collab.chat.shared.redis import RedisState
-from tests.conftest import Member, World, member
+from tests.conftest import Member, World, closed, member
 
 LIVE = "/admin/chat/room/live/"
 FRAGMENT = LIVE + "fragment/"
@@ -188,18 +187,6 @@ async def test_the_stop_button_stops_that_reply_keeps_its_text_and_is_audited(wo
     (entry,) = await database_sync_to_async(audit)("stop_reply")
     assert (entry.actor_name, entry.room_name, entry.address) == ("root", "lab", "127.0.0.1")
     assert str(first) in entry.detail
-
-
-async def closed(m: Member, timeout: float = 5.0) -> int:
-    """Read the socket until the server closes it: the close code (the frames read on the
-    way are in m.frames)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            out = await m.comm.receive_output(timeout)
-            if out["type"] == "websocket.close":
-                return int(out.get("code", 1000))
-            m.raw.append(out["text"])
-            m.frames.feed(out["text"], time.monotonic())
 
 
 def error_codes(m: Member) -> list[str]:

@@ -4,7 +4,6 @@ those clients, on what is stored, and the one audit row it leaves."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import zipfile
@@ -23,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 
 from collab.chat.admin.rooms import month_start
 from collab.chat.models import AuditEntry, Ban, Membership, Message, Room
-from tests.conftest import Member, World, all_final, connected, member, reply_ids
+from tests.conftest import Member, World, all_final, closed, connected, member, reply_ids, stalling
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("replies_idle")]
 live = pytest.mark.usefixtures("layer")  # in memory, and on Redis (both channel layers)
@@ -75,18 +74,6 @@ acount = database_sync_to_async(count_messages)
 
 def membership_pk(room: Room, user: User) -> int:
     return Membership.objects.get(room=room, user=user).pk
-
-
-async def closed(m: Member, timeout: float = 5.0) -> int:
-    """Read the socket until the server closes it; the close code. The frames read on the
-    way are in m.frames (their errors in m.frames.errors)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            out = await m.comm.receive_output(timeout)
-            if out["type"] == "websocket.close":
-                return int(out.get("code", 1000))
-            m.raw.append(out["text"])
-            m.frames.feed(out["text"])
 
 
 async def refused_at_connect(user: User, slug: str = "lab") -> int:
@@ -267,15 +254,7 @@ async def test_close_disconnects_every_socket(world: World, staff: Client) -> No
 
 @live
 async def test_stop_all_stops_every_streaming_reply_and_keeps_its_text(world: World, staff: Client) -> None:
-    # Replies that stream 8 tokens and then wait: still streaming whenever the staff acts.
-    def stalling() -> None:
-        for assistant in world.assistants.values():
-            assistant.model = "sim+stall@8"
-            assistant.save()
-        world.provider.read_timeout_s = 60
-        world.provider.save()
-
-    await database_sync_to_async(stalling)()
+    await stalling(world)  # replies still streaming whenever the staff acts
     async with member(world.alice) as alice, member(world.bob) as bob:
         await alice.post("@a @b tell us everything")
         await alice.until(lambda f: sum(1 for r in f.replies.values() if r.role == "assistant" and r.pieces) == 2)

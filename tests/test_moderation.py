@@ -17,8 +17,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from collab.chat.models import AuditEntry, Ban, Membership, Message, Room
-from tests.conftest import Member, World, all_final, reply_ids, session_cookie
-from tests.test_admin_rooms import aaudit, acount, closed, refused_at_connect, status_frames
+from tests.conftest import Member, World, all_final, closed, reply_ids, session_cookie, stalling
+from tests.test_admin_rooms import aaudit, acount, refused_at_connect, status_frames
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("replies_idle")]
 live = pytest.mark.usefixtures("layer")
@@ -81,19 +81,6 @@ def state() -> dict[str, object]:
 
 
 astate = database_sync_to_async(state)
-
-
-async def stalling(world: World) -> None:
-    """Replies that stream 8 tokens and then wait: still streaming whenever a test acts."""
-
-    def change() -> None:
-        for assistant in world.assistants.values():
-            assistant.model = "sim+stall@8"
-            assistant.save()
-        world.provider.read_timeout_s = 60
-        world.provider.save()
-
-    await database_sync_to_async(change)()
 
 
 async def streaming_reply(asker: Member, question: str = "@a tell me everything") -> int:

@@ -18,7 +18,7 @@ from collab.chat.actions import posting
 from collab.chat.generation import registry
 from collab.chat.models import Message
 from collab.loadtest.frames import Frames
-from tests.conftest import Member, World, all_final, connected, member, reply_ids
+from tests.conftest import Member, World, all_final, connected, member, reply_ids, stalling
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer", "replies_idle")]
 
@@ -28,20 +28,6 @@ async def slow(world: World, handle: str = "a") -> None:
     assistant = world.assistants[handle]
     assistant.model = "sim+slow"
     await database_sync_to_async(assistant.save)()
-
-
-async def stalling(world: World, *handles: str) -> None:
-    """Make assistants stream 8 tokens and then wait (up to the provider's 60 s read
-    timeout): still streaming whenever the test acts, however loaded the machine is."""
-
-    def save() -> None:
-        for handle in handles:
-            world.assistants[handle].model = "sim+stall@8"
-            world.assistants[handle].save()
-        world.provider.read_timeout_s = 60
-        world.provider.save()
-
-    await database_sync_to_async(save)()
 
 
 def messages() -> list[Message]:

@@ -103,19 +103,27 @@ def _banned_page(request: HttpRequest, the_room: Room) -> HttpResponse:
     return render(request, "chat/banned.html", {"room": the_room, "owner": owner}, status=403)
 
 
+def _viewer_or_ban_page(request: HttpRequest, slug: str) -> tuple[Room, Membership | None] | HttpResponse:
+    """`_viewer`, or the page that says so to a user banned from the room (staff too)."""
+    try:
+        return _viewer(request, slug)
+    except Http404:
+        banned = Room.objects.filter(slug=slug, bans__user_id=_user(request).pk).first()
+        if banned is not None:
+            return _banned_page(request, banned)
+        raise
+
+
 def _refused(request: HttpRequest, heading: str, text: str, back: str = "") -> HttpResponse:
     return render(request, "chat/refused.html", {"heading": heading, "text": text, "back": back}, status=403)
 
 
 @require_GET
 def room(request: HttpRequest, slug: str) -> HttpResponse:
-    try:
-        the_room, membership = _viewer(request, slug)
-    except Http404:
-        banned = Room.objects.filter(slug=slug, bans__user_id=_user(request).pk).first()
-        if banned is not None:
-            return _banned_page(request, banned)
-        raise
+    found = _viewer_or_ban_page(request, slug)
+    if isinstance(found, HttpResponse):
+        return found
+    the_room, membership = found
     recent = snapshot.history(the_room)
     members, members_more = rendering.members_listed(
         room_actions.members_of(the_room.id, shared.online_sync(the_room.id))
@@ -147,13 +155,10 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def join_as_staff(request: HttpRequest, slug: str) -> HttpResponse:
     """The Join button of the read-only view: staff become members by their own act."""
-    try:
-        the_room, membership = _viewer(request, slug)
-    except Http404:
-        banned = Room.objects.filter(slug=slug, bans__user_id=_user(request).pk).first()
-        if banned is not None:  # a banned staff member is banned: the page that says so
-            return _banned_page(request, banned)
-        raise
+    found = _viewer_or_ban_page(request, slug)
+    if isinstance(found, HttpResponse):
+        return found
+    the_room, membership = found
     if membership is None:
         try:
             room_actions.join_room(_user(request), the_room)
