@@ -132,7 +132,9 @@ def site(browser_sim: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         site.stop()
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API keeps an event loop running in the
+# main thread while it is open, and every async test after it would fail to start its own.
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     path = chromium_path()
     from playwright.sync_api import sync_playwright
