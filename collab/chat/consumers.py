@@ -264,6 +264,11 @@ class RoomConsumer(AsyncWebsocketConsumer):
         except Exception:  # the socket closed meanwhile
             log.debug("could not tell a closed socket", exc_info=True)
 
+    def _address(self) -> str | None:
+        """Where this socket connects from (the audit log's address)."""
+        client = self.scope.get("client")
+        return str(client[0]) if client else None
+
     async def _act(self, text_data: str) -> None:
         assert self.room_id is not None and self.user_id is not None
         if self.read_only:  # checked before anything else: nothing from this socket is acted on
@@ -285,10 +290,10 @@ class RoomConsumer(AsyncWebsocketConsumer):
                     )
                 )
         elif action == "stop":
-            client = self.scope.get("client") or (None,)
-            await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"), client[0])
+            await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"), self._address())
         elif action == "regenerate":
             await replies.regenerate_reply(self.user_id, self.room_id, content.get("message_id"))
         elif action in moderation.SOCKET_ACTIONS:
-            client = self.scope.get("client") or (None,)
-            await database_sync_to_async(moderation.from_socket)(self.user_id, self.room_id, action, content, client[0])
+            await database_sync_to_async(moderation.from_socket)(
+                self.user_id, self.room_id, action, content, self._address()
+            )
