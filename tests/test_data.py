@@ -41,9 +41,9 @@ def test_concurrent_posters_never_share_or_skip_a_seq(world: World, monkeypatch:
     barrier = threading.Barrier(THREADS, timeout=30)
     allocate = rooms.allocate_seqs
 
-    def allocate_together(room_id: int, count: int) -> int:
+    def allocate_together(room_id: int, count: int, open_only: bool = False) -> int:
         barrier.wait()  # every poster is inside its own transaction here
-        return allocate(room_id, count)
+        return allocate(room_id, count, open_only=open_only)
 
     if concurrent_writers:
         monkeypatch.setattr(rooms, "allocate_seqs", allocate_together)

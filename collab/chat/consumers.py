@@ -15,7 +15,18 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from collab.chat import metrics, rendering
-from collab.chat.actions import moderation, posting, replies, rooms, sessions, snapshot
+from collab.chat.actions import (
+    continuation,
+    editing,
+    lenses,
+    moderation,
+    posting,
+    presence,
+    replies,
+    rooms,
+    sessions,
+    snapshot,
+)
 from collab.chat.errors import ClientError
 from collab.chat.events import (
     MembershipEnded,
@@ -293,6 +304,18 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"), self._address())
         elif action == "regenerate":
             await replies.regenerate_reply(self.user_id, self.room_id, content.get("message_id"))
+        elif action == "continue":
+            await continuation.continue_reply(self.user_id, self.room_id, content.get("message_id"))
+        elif action == "typing":
+            await presence.typing(self.user_id, self.room_id, self.channel_name)
+        elif action == "lens":
+            await lenses.set_lens(self.user_id, self.room_id, content.get("text"))
+        elif action == "share":
+            await lenses.share(self.user_id, self.room_id, content.get("message_id"))
+        elif action == "edit":
+            await editing.edit_message(self.user_id, self.room_id, content.get("message_id"), content.get("text"))
+        elif action == "delete":
+            await editing.delete_message(self.user_id, self.room_id, content.get("message_id"))
         elif action in moderation.SOCKET_ACTIONS:
             await database_sync_to_async(moderation.from_socket)(
                 self.user_id, self.room_id, action, content, self._address()

@@ -11,7 +11,23 @@ from django.conf import settings
 
 from collab.chat.errors import ClientError
 
-ACTIONS = ("post", "stop", "regenerate", "kick", "ban", "unban", "lock", "unlock", "stop_all")
+ACTIONS = (
+    "post",
+    "stop",
+    "regenerate",
+    "continue",
+    "typing",
+    "lens",
+    "share",
+    "edit",
+    "delete",
+    "kick",
+    "ban",
+    "unban",
+    "lock",
+    "unlock",
+    "stop_all",
+)
 
 
 def parse_frame(text_data: str | None) -> tuple[str, dict[str, Any]]:

@@ -149,6 +149,25 @@ class Room(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
     # The seq of the newest message; bumped in the same transaction as each insert.
     last_seq = models.PositiveBigIntegerField(default=0)
+    system_prompt = models.TextField(
+        "room system prompt",
+        blank=True,
+        max_length=4000,
+        help_text="Added to every assistant's own prompt in this room, from the next reply on.",
+    )
+    # A monthly budget (calendar month, UTC); blank: none. Owners see it; staff set it.
+    budget_tokens = models.PositiveBigIntegerField(
+        "monthly token budget", null=True, blank=True, help_text="Tokens (prompt and reply) a month; blank: no limit."
+    )
+    budget_cost = models.DecimalField(
+        "monthly cost budget",
+        max_digits=12,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="US dollars a month; blank: no limit.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -180,6 +199,8 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
     joined_at = models.DateTimeField(auto_now_add=True)
+    # The member's personal lens in this room ("answer me in Spanish"): `/each` replies use it.
+    lens = models.CharField(max_length=500, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["room", "user"], name="one_membership_per_user")]
@@ -239,6 +260,18 @@ class AuditEntry(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.room_name or self.target_name}"
 
 
+class MessageQuerySet(models.QuerySet["Message"]):
+    def visible_to(self, user_id: int | None) -> MessageQuerySet:
+        """What one member may see: shared messages, and the personal replies made for them.
+        Every read of a room's messages for a person goes through here (page, snapshot,
+        search, export, history)."""
+        return self.filter(models.Q(recipient__isnull=True) | models.Q(recipient_id=user_id))
+
+    def shared(self) -> MessageQuerySet:
+        """Messages everyone in the room sees (what assistants are sent as room history)."""
+        return self.filter(recipient__isnull=True)
+
+
 class Message(models.Model):
     class Role(models.TextChoices):
         USER = "user"
@@ -277,6 +310,18 @@ class Message(models.Model):
     duration_ms = models.FloatField(null=True, blank=True)
     tps = models.FloatField(null=True, blank=True)
     cost = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True, help_text="US dollars")
+    # A personal reply (`/each`): only this member sees it until they share it (then null).
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="personal_replies"
+    )
+    # A reasoning model's thinking, streamed and stored apart from the answer; never sent back as history.
+    reasoning = models.TextField(blank=True)
+    # The model's finish_reason when it is not plain "stop" (for example "length": cut off at the token limit).
+    finish_reason = models.CharField(max_length=20, blank=True)
+    edited_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)  # a tombstone: text and html emptied
+
+    objects = MessageQuerySet.as_manager()
 
     class Meta:
         ordering = ["seq"]
