@@ -70,8 +70,8 @@ def search(room: Room, user_id: int, q: str) -> QuerySet[Message]:
 
         query = SearchQuery(q, search_type="websearch", config="english")
         return (
-            found.annotate(found=SearchVector("text", config="english"))
-            .filter(found=query)
+            found.alias(match=SearchVector("text", config="english"))
+            .filter(match=query)
             .annotate(
                 headline=SearchHeadline(
                     "text",
