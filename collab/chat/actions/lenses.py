@@ -12,10 +12,9 @@ import re
 from collections.abc import Iterable
 
 from channels.db import database_sync_to_async
-from django.db import transaction
 from django.template.loader import get_template
 
-from collab.chat import broadcast, rendering
+from collab.chat import broadcast, rendering, shared
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
 
@@ -81,33 +80,47 @@ def personal_lenses(room: Room, replies: Iterable[Message]) -> dict[int | None, 
 # --- sharing a personal reply ------------------------------------------------------------------
 
 
-def _store_share(user_id: int, room_id: int, message_id: object) -> Message:
+STREAMING = ("share.streaming", "This reply is still being written: share it once it has ended.")
+
+
+def _shareable(user_id: int, room_id: int, message_id: object) -> Message:
+    """The reply `user_id` asks to share, once every check passed (nothing changed yet)."""
     if isinstance(message_id, bool) or not isinstance(message_id, int | str) or not _DIGITS.fullmatch(str(message_id)):
         raise ClientError("message.invalid_id", "message_id must be a message number.")
     if not Membership.objects.filter(room_id=room_id, user_id=user_id).exists():
         raise ClientError("room.forbidden", "You are not a member of this room.")
-    with transaction.atomic():
-        # Another member's personal reply is as if it did not exist (the same answer as none).
-        message = (
-            Message.objects.select_for_update()
-            .filter(pk=int(message_id), room_id=room_id, role=Message.Role.ASSISTANT)
-            .visible_to(user_id)
-            .first()
-        )
-        if message is None:
-            raise ClientError("message.not_found", "There is no such reply in this room.")
-        if message.recipient_id is None:
-            raise ClientError("share.not_personal", "This reply is already shared with the room.")
-        if message.status == Message.Status.STREAMING:
-            raise ClientError("share.streaming", "This reply is still being written: share it once it has ended.")
-        Message.objects.filter(pk=message.pk).update(recipient=None)
-    message.recipient = None
+    # Another member's personal reply is as if it did not exist (the same answer as none).
+    message = (
+        Message.objects.filter(pk=int(message_id), room_id=room_id, role=Message.Role.ASSISTANT)
+        .visible_to(user_id)
+        .first()
+    )
+    if message is None:
+        raise ClientError("message.not_found", "There is no such reply in this room.")
+    if message.recipient_id is None:
+        raise ClientError("share.not_personal", "This reply is already shared with the room.")
+    if message.status == Message.Status.STREAMING:
+        raise ClientError(*STREAMING)
     return message
+
+
+def _store_share(user_id: int, message: Message) -> None:
+    done = Message.objects.filter(pk=message.pk, recipient_id=user_id).exclude(status=Message.Status.STREAMING)
+    if not done.update(recipient=None):  # shared meanwhile (another tab of theirs)
+        raise ClientError("share.not_personal", "This reply is already shared with the room.")
+    message.recipient = None
 
 
 async def share(user_id: int, room_id: int, message_id: object) -> None:
     """The recipient shares their finished personal reply: from now on it is the room's,
     and every member's page shows it at its seq (collab.js places articles by seq; the
-    recipient's own copy is replaced in place)."""
-    message = await database_sync_to_async(_store_share)(user_id, room_id, message_id)
+    recipient's own copy is replaced in place).
+
+    A reply whose outcome is stored but whose final article may not have been sent yet
+    still holds its live record (actions.replies.RoomSink.finish ends it after the
+    final): refused as still streaming, so that no late `final` marks it personal again."""
+    message = await database_sync_to_async(_shareable)(user_id, room_id, message_id)
+    if await shared.backend().leased([message.pk]):
+        raise ClientError(*STREAMING)
+    await database_sync_to_async(_store_share)(user_id, message)
     await broadcast.to_room(room_id, {"type": "room.frame", "kind": "other", "html": rendering.frame_new([message])})
