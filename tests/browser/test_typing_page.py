@@ -1,0 +1,44 @@
+"""Typing in a real browser (docs/wire.md, "typing"): a member who types is shown to the
+others as "NAME is typing…", never to themselves; the notice clears when their message
+arrives, or by itself 4 s after the last one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import open_room
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(120)]
+
+BOX = "#composer textarea"
+BOB_TYPING = "#typing .typing-who[data-user='bob']"
+
+
+def test_typing_shows_to_the_others_and_clears_when_the_message_arrives(chromium: Any, site: Any) -> None:
+    alice = open_room(chromium, site, "alice")
+    bob = open_room(chromium, site, "bob")
+    bob.locator(BOX).press_sequentially("hello every")
+    notice = alice.locator(BOB_TYPING)
+    notice.wait_for()
+    assert notice.inner_text() == "bob is typing…"
+    assert bob.locator("#typing .typing-who").count() == 0  # not to the typer
+    bob.locator(BOX).press_sequentially("one, typed on")
+    bob.locator(BOX).press("Enter")
+    alice.wait_for_function(
+        "() => [...document.querySelectorAll('article[data-role=user]')].some(a => a.textContent.includes('typed on'))"
+    )
+    assert alice.locator(BOB_TYPING).count() == 0  # cleared with the message, not by its timer
+    assert alice.locator("#typing .typing-who").count() == 0
+
+
+def test_a_notice_clears_by_itself(chromium: Any, site: Any) -> None:
+    alice = open_room(chromium, site, "alice")
+    carol = open_room(chromium, site, "carol")
+    carol.locator(BOX).press_sequentially("never sent")
+    notice = alice.locator("#typing .typing-who[data-user='carol']")
+    notice.wait_for()
+    started = alice.evaluate("() => performance.now()")
+    notice.wait_for(state="detached", timeout=15_000)
+    assert alice.evaluate("() => performance.now()") - started >= 3_000  # its own 4 s, not something else
