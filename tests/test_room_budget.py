@@ -105,6 +105,30 @@ async def test_a_spent_budget_makes_no_upstream_call_and_says_when_it_resets(
 
 
 @memory
+async def test_a_spent_budget_refuses_a_continuation_and_changes_nothing(world: World, sim: tuple[str, Any]) -> None:
+    await database_sync_to_async(set_budget)(world, tokens=10)
+
+    def cut_off() -> int:
+        question = Message.objects.create(room=world.room, seq=1, role="user", author=world.alice, text="long one")
+        reply = Message.objects.create(
+            room=world.room, seq=2, role="assistant", author_name="A", reply_to=question,
+            assistant=world.assistants["a"], text="half an ans", tokens=20, finish_reason="length",
+        )  # fmt: skip
+        Room.objects.filter(pk=world.room.pk).update(last_seq=2)
+        return reply.pk
+
+    reply_id = await database_sync_to_async(cut_off)()
+    calls = completions(sim)
+    async with member(world.alice) as alice:
+        await alice.send(action="continue", message_id=reply_id)
+        await alice.until(lambda f: bool(f.errors))
+        assert alice.frames.errors[0][0] == "room.budget"
+    reply = await database_sync_to_async(Message.objects.get)(pk=reply_id)
+    assert (reply.status, reply.finish_reason, reply.text) == ("done", "length", "half an ans")
+    assert completions(sim) == calls
+
+
+@memory
 async def test_a_spent_cost_budget_refuses_too(world: World, sim: tuple[str, Any]) -> None:
     await database_sync_to_async(set_budget)(world, cost=Decimal("0.01"))
 

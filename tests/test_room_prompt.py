@@ -5,6 +5,7 @@ mentioning a person never switches the assistants off."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,13 +108,43 @@ def test_only_the_owner_sets_the_room_prompt(world: World) -> None:
     assert Room.objects.get(pk=world.room.pk).system_prompt == ""
 
 
+async def test_staff_set_the_room_prompt_in_the_admin(world: World, requests_seen: list[list[dict[str, Any]]]) -> None:
+    from tests.test_room_budget import admin_form
+
+    def set_in_admin() -> int:
+        root = User.objects.create_superuser("root", password="pw-root-123")
+        client = Client()
+        client.force_login(root)
+        room = Room.objects.get(pk=world.room.pk)
+        return client.post(
+            f"/admin/chat/room/{room.pk}/change/", admin_form(client, room, system_prompt=PROMPT)
+        ).status_code
+
+    assert await sync_to_async(set_in_admin)() == 302
+    async with member(world.bob) as bob:
+        await bob.post("@b hello")
+        await bob.until(lambda f: all_final(f, 1))
+    (request,) = requests_seen
+    assert PROMPT in system_of(request)
+
+
 def test_the_settings_page_shows_the_prompt_and_the_reply_mode(world: World) -> None:
     Room.objects.filter(pk=world.room.pk).update(system_prompt=PROMPT, reply_to_all=True)
     client = Client()
     client.force_login(world.alice)
     page = client.get("/r/lab/settings/").content.decode()
     assert 'name="system_prompt"' in page and "never use the word" in page
-    assert 'name="reply_to_all"' in page and "checked" in page.split('name="reply_to_all"')[1].split(">")[0]
+    assert re.search(r'<input type="radio" name="reply_to_all" value="on"[^>]*checked', page)  # every message
+    assert not re.search(r'<input type="radio" name="reply_to_all" value=""[^>]*checked', page)
+    assert "on mention" in page
+
+
+def test_the_owner_switches_the_reply_mode(world: World) -> None:
+    assert post_settings(world.alice, reply_to_all="on") == 302
+    assert Room.objects.get(pk=world.room.pk).reply_to_all is True
+    assert post_settings(world.alice, reply_to_all="") == 302
+    assert Room.objects.get(pk=world.room.pk).reply_to_all is False
+    assert post_settings(world.alice, reply_to_all="sometimes") == 400  # not a mode: the form says so
 
 
 # --- reply mode: every message ----------------------------------------------------------------

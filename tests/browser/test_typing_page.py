@@ -4,6 +4,7 @@ arrives, or by itself 4 s after the last one."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -31,6 +32,23 @@ def test_typing_shows_to_the_others_and_clears_when_the_message_arrives(chromium
     )
     assert alice.locator(BOB_TYPING).count() == 0  # cleared with the message, not by its timer
     assert alice.locator("#typing .typing-who").count() == 0
+
+
+def test_the_page_sends_typing_at_most_once_every_2_s(chromium: Any, site: Any) -> None:
+    bob = open_room(chromium, site, "bob")
+    sent: list[float] = []
+    bob.on(
+        "websocket",
+        lambda ws: ws.on("framesent", lambda payload: sent.append(time.monotonic()) if '"typing"' in payload else None),
+    )
+    bob.reload()  # the socket again, now watched
+    bob.wait_for_selector("#conn.ok")
+    started = time.monotonic()
+    bob.locator(BOX).press_sequentially("a fairly long sentence, typed one key at a time")
+    elapsed = time.monotonic() - started
+    bob.locator(BOX).press_sequentially("!")
+    assert sent, "typing was never sent"
+    assert len(sent) <= 2 + elapsed / 2  # one at once, then at most one per 2 s (48 keys were typed)
 
 
 def test_a_notice_clears_by_itself(chromium: Any, site: Any) -> None:
