@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from collab.llm.client import LLMError, Usage
+from collab.llm.client import Finish, LLMError, Usage
 from collab.llm.pool import ProviderConfig, stream_reply
 
 SCENARIOS: dict[str, str] = {
@@ -94,6 +94,8 @@ async def one_run(
         async for item in stream:
             if isinstance(item, Usage):
                 usage = item
+                continue
+            if isinstance(item, Finish):
                 continue
             last = loop.time()
             if first is None:

@@ -42,6 +42,22 @@ class Usage:
     completion_tokens: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Thought:
+    """A piece of a reasoning model's thinking, streamed before (apart from) its answer:
+    vLLM's `delta.reasoning_content`, Cerebras' and OpenRouter's `delta.reasoning`."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """Why the model stopped, when it was not its own end ("stop"): "length" (cut off
+    at max_tokens), "content_filter", ... Yielded once, after the last piece."""
+
+    reason: str
+
+
 class LLMError(Exception):
     """A failed call. `kind` is one of: config, connect, timeout, rate_limited, quota,
     auth, bad_request, server, dropped, stalled."""
@@ -145,8 +161,10 @@ async def stream_chat(
     *,
     temperature: float | None = None,
     max_tokens: int | None = None,
-) -> AsyncGenerator[str | Usage, None]:
-    """Yield the reply's text pieces as they arrive, then a `Usage` if the provider sent one.
+) -> AsyncGenerator[str | Thought | Usage | Finish, None]:
+    """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then a
+    `Usage` if the provider sent one, then a `Finish` if it stopped for another reason
+    than its own end (docs/wire.md: "length").
 
     Raises LLMError for every failure, before or after the first piece. The caller
     applies the total timeout (it owns the clock that also covers its own work).
@@ -162,7 +180,7 @@ async def stream_chat(
         body["temperature"] = temperature
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
-    finished = False
+    finished = ""  # the finish_reason, once one came
     responded = False  # past the status line: a failure from here on is mid-stream
     try:
         # The SDK's own POST (base URL, auth, headers, retries, status errors), without
@@ -186,11 +204,18 @@ async def stream_chat(
                     message = err.get("message", "error") if isinstance(err, dict) else str(err)
                     raise LLMError("server", f"the provider reported an error mid-stream: {message}"[:300])
                 for choice in chunk.get("choices") or ():
-                    content = (choice.get("delta") or {}).get("content")
+                    delta = choice.get("delta") or {}
+                    content = delta.get("content")
+                    # A plain content chunk ({"content": ...}) pays one length check here
+                    # (docs/benchmarks.md); a chunk at the switch may hold both fields.
+                    if not content or len(delta) > 1:
+                        thought = delta.get("reasoning_content") or delta.get("reasoning")
+                        if thought:
+                            yield Thought(thought)
                     if content:
                         yield content
                     if choice.get("finish_reason"):
-                        finished = True
+                        finished = choice["finish_reason"]
                 usage = chunk.get("usage")
                 if usage:
                     yield Usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
@@ -209,3 +234,5 @@ async def stream_chat(
         raise _status_error(exc) from exc
     if not finished:
         raise LLMError("dropped", "the provider's stream ended before the reply was complete (no finish_reason)")
+    if finished != "stop":
+        yield Finish(str(finished))

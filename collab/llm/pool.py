@@ -21,7 +21,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from collab.llm.client import ChatMessage, Endpoint, LLMError, Usage, stream_chat
+from collab.llm.client import ChatMessage, Endpoint, Finish, LLMError, Thought, Usage, stream_chat
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ async def stream_reply(
     on_queued: Callable[[int], Awaitable[None]] | None = None,
     on_started: Callable[[str], Awaitable[None]] | None = None,
     slots: SharedSlots | None = None,
-) -> AsyncGenerator[str | Usage, None]:
+) -> AsyncGenerator[str | Thought | Usage | Finish, None]:
     """Like `stream_chat`, through the provider's queues and endpoint pool.
 
     `on_queued(position)` is awaited if the request must wait for a slot,
@@ -173,7 +173,7 @@ async def stream_reply(
                 )
                 async with aclosing(stream):
                     async for item in stream:
-                        if isinstance(item, str):
+                        if isinstance(item, str | Thought):  # shown already: no other endpoint
                             got_text = True
                         yield item
                 endpoint.failures = 0

@@ -10,6 +10,9 @@ A request's ``model`` is ``BASE`` optionally followed by ``+SPEC`` parts:
 ``sim+stall@N``           N content tokens, then silence until the client leaves
 ``sim+drop@N``            N content tokens, then the connection is cut mid-body
 ``sim+slow``              tps divided by 10 (combines: ``sim+slow+drop@3``)
+``sim+think@N``           N reasoning tokens (``delta.reasoning_content``, vLLM's
+                          field) before the answer
+``sim+reasoning@N``       the same in ``delta.reasoning`` (Cerebras', OpenRouter's)
 ========================  =====================================================
 
 ``stall``/``drop`` without ``@N`` use the server's ``fault_after``. At most one
@@ -96,6 +99,13 @@ class ModelSpec:
     fault_after: int | None = None
     """``N`` of ``stall@N``/``drop@N``; ``None`` means the server default."""
     slow: bool = False
+    think: int = 0
+    """Reasoning tokens streamed before the answer (``think@N``/``reasoning@N``)."""
+    think_field: str = "reasoning_content"
+    """The delta field they come in: vLLM's ``reasoning_content`` or ``reasoning``."""
+
+
+_THINK_FIELDS = {"think": "reasoning_content", "reasoning": "reasoning"}
 
 
 def parse_model(model: str) -> ModelSpec:
@@ -106,10 +116,16 @@ def parse_model(model: str) -> ModelSpec:
     fault: FaultKind = "none"
     after: int | None = None
     slow = False
+    think, think_field = 0, "reasoning_content"
     for spec in specs:
         name, sep, arg = spec.partition("@")
         if spec == "slow":
             slow = True
+            continue
+        if name in _THINK_FIELDS:
+            if not sep or not arg.isdigit() or not arg.isascii():
+                raise ValueError(f"{spec!r} in model {model!r} needs a token count, like {name}@20")
+            think, think_field = int(arg), _THINK_FIELDS[name]
             continue
         if name not in _MODEL_FAULTS or (sep and name not in ("stall", "drop")):
             raise ValueError(f"unknown simulated fault {spec!r} in model {model!r}")
@@ -120,4 +136,4 @@ def parse_model(model: str) -> ModelSpec:
                 raise ValueError(f"fault {spec!r} in model {model!r} needs a token count, like {name}@5")
             after = int(arg)
         fault = _MODEL_FAULTS[name]
-    return ModelSpec(base=base, fault=fault, fault_after=after, slow=slow)
+    return ModelSpec(base=base, fault=fault, fault_after=after, slow=slow, think=think, think_field=think_field)

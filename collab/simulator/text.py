@@ -33,6 +33,7 @@ __all__ = [
     "iter_tokens",
     "simulated_tokens",
     "text_seed",
+    "thinking_tokens",
 ]
 
 _WORD_LIST = """
@@ -321,6 +322,16 @@ def simulated_tokens(
     tokens = list(iter_tokens(messages, seed, model, n))
     assert len(tokens) == max(n, 0) and all(tokens), (n, tokens)
     return tokens
+
+
+def thinking_tokens(
+    messages: Sequence[Mapping[str, Any]] | Any, seed: int = 0, model: str = "sim", n: int = 0
+) -> list[str]:
+    """The ``n`` reasoning tokens a ``think@N``/``reasoning@N`` model streams before its
+    answer (its answer stays the plain model's); a text of its own, seeded apart."""
+    if n <= 0:
+        return []
+    return simulated_tokens(messages, seed, base_model(model) + "-thinking", n)
 
 
 def expected_tokens(

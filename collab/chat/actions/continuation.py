@@ -1,10 +1,136 @@
 """Continuing a reply cut off at the token limit (finish_reason "length"): one click,
-a regenerate that continues (docs/wire.md, "continue")."""
+a regenerate that continues (docs/wire.md, "continue").
+
+The same reply streams again, from where it stopped, for everyone who sees it:
+
+    _store_continue   the checks of a regenerate; `done` + "length" -> `streaming` (one step:
+                      a second click finds it streaming); the job: the history up to the
+                      question, the partial answer as the assistant's turn, an instruction
+    continue_reply    the model request starts; the shared record begins holding the text
+                      (and thinking) so far; then its article is sent again, streaming, as a
+                      `final` frame with `resume` = [text length, thinking length]: every
+                      socket's floors move there (consumers.room_frame), and the pieces that
+                      follow continue at those offsets (ContinuationSink)
+    finish            the text, thinking, tokens and cost stored are the whole reply's
+"""
 
 from __future__ import annotations
 
+from channels.db import database_sync_to_async
+from django.db import transaction
+
+from collab.chat import broadcast, rendering, shared
+from collab.chat.actions import budgets
+from collab.chat.actions.providers import deployment_slots
+from collab.chat.actions.replies import RoomSink, _reply_in_room, reply_jobs
+from collab.chat.actions.rooms import check_open, take_post_token
 from collab.chat.errors import ClientError
+from collab.chat.events import RoomFrame
+from collab.chat.generation import Outcome, ReplyJob, registry
+from collab.chat.models import Message
+
+# The last turn of a continuation's request, after the partial answer (the assistant's turn).
+CONTINUE_PROMPT = (
+    "Your previous answer was cut off at the token limit. Continue it exactly where it stopped: "
+    "do not repeat anything, do not start over, begin with the next word."
+)
+
+
+class ContinuationSink(RoomSink):
+    """A RoomSink whose reply already holds `text` and `reasoning`: its pieces (and
+    thoughts) go on from their ends, and its outcome is the whole reply's."""
+
+    def __init__(self, job: ReplyJob, text: str, reasoning: str, tokens: int, prompt_tokens: int) -> None:
+        super().__init__(job)
+        self.base, self.thinking_base = len(text), len(reasoning)
+        self.pieces = [text] if text else []
+        self.thinking = [reasoning] if reasoning else []
+        self.shared_bytes, self.thinking_bytes = len(text.encode()), len(reasoning.encode())
+        self.before = (text, reasoning, tokens, prompt_tokens)
+
+    async def piece(self, offset: int, text: str) -> None:
+        await super().piece(self.base + offset, text)
+
+    async def thought(self, offset: int, text: str) -> None:
+        await super().thought(self.thinking_base + offset, text)
+
+    async def finish(self, outcome: Outcome) -> None:
+        text, reasoning, tokens, prompt_tokens = self.before
+        if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
+            outcome.prompt_tokens = sum(len(m["content"]) for m in self.job.messages) // 4
+        outcome.text = text + outcome.text
+        outcome.reasoning = reasoning + outcome.reasoning
+        outcome.tokens += tokens  # both requests' tokens: the reply's usage and cost
+        outcome.prompt_tokens += prompt_tokens
+        await super().finish(outcome)
+
+
+def _store_continue(user_id: int, room_id: int, message_id: object) -> tuple[Message, ReplyJob, int, int]:
+    """The checks of a regenerate (actions.replies), then the reply streaming again."""
+    with transaction.atomic():
+        reply, _ = _reply_in_room(user_id, room_id, message_id)
+        if reply.status == Message.Status.STREAMING:
+            raise ClientError("reply.streaming", "This reply is still being written.")
+        if reply.status != Message.Status.DONE or reply.finish_reason != "length":
+            raise ClientError("reply.not_cut_off", "Only a reply cut off at the token limit can be continued.")
+        room = reply.room
+        check_open(room)
+        assistant = reply.assistant
+        if assistant is None or not room.assistants.filter(pk=assistant.pk).exists():
+            raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")
+        if reply.reply_to is None:
+            raise ClientError("message.not_found", "The question this reply answered is gone.")
+        budgets.check(room)  # a spent monthly budget: no provider call (room.budget)
+        tokens, prompt_tokens = reply.tokens or 0, reply.prompt_tokens or 0
+        again = Message.objects.filter(pk=reply.pk, status=Message.Status.DONE, finish_reason="length")
+        if not again.update(status=Message.Status.STREAMING, finish_reason="", error="", finished_at=None):
+            raise ClientError("reply.streaming", "This reply is still being written.")
+        reply.status, reply.finish_reason, reply.error, reply.finished_at = Message.Status.STREAMING, "", "", None
+        job = reply_jobs(room, [reply], reply.reply_to)[0]
+        job.messages = [
+            *job.messages,
+            {"role": "assistant", "content": reply.text},
+            {"role": "user", "content": CONTINUE_PROMPT},
+        ]
+        return reply, job, tokens, prompt_tokens
+
+
+def _tail(text: str) -> int:
+    """Where an announced text starts so that its article stays within a frame's budget
+    (at most 6 bytes a character once escaped): 0 for any text of a usual length."""
+    return max(0, len(text) - rendering.budget("FRAME_ARTICLE_BYTES") // 6)
 
 
 async def continue_reply(user_id: int, room_id: int, message_id: object) -> None:
-    raise ClientError("action.unknown", "Not available yet.")
+    await take_post_token(user_id, room_id)
+    reply, job, tokens, prompt_tokens = await database_sync_to_async(_store_continue)(user_id, room_id, message_id)
+    text, reasoning = reply.text, reply.reasoning
+    sink = ContinuationSink(job, text, reasoning, tokens, prompt_tokens)
+    start, t_start = _tail(text), _tail(reasoning)
+    html = rendering.article(
+        reply,
+        live_text=text[start:],
+        live_from=start,
+        oob=True,
+        live_thinking=reasoning[t_start:],
+        thinking_from=t_start,
+    ).strip()
+    frame: RoomFrame = {
+        "type": "room.frame",
+        "kind": "final",
+        "msg": reply.id,
+        "html": html,
+        "resume": [len(text), len(reasoning)],
+    }
+    if reply.recipient_id is not None:  # a personal reply: its recipient's sockets only
+        frame["to"] = reply.recipient_id
+    # As start_and_announce: the model request first, then the record and the article;
+    # no piece is sent before the article (sink.announced).
+    registry.start(job, sink, slots=deployment_slots)
+    try:
+        state = shared.backend()
+        await state.begin(reply.id, room_id, shared.PROCESS_ID)
+        await state.restore(reply.id, room_id, shared.PROCESS_ID, text, "", reasoning)
+        await broadcast.to_room(room_id, frame)
+    finally:
+        sink.announced.set()
