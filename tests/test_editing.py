@@ -19,7 +19,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from collab.chat.models import Membership, Message, Room
-from tests.conftest import Member, World, all_final, member
+from tests.conftest import Member, World, all_final, member, stalling
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("replies_idle")]
 live = pytest.mark.usefixtures("layer")
@@ -227,3 +227,19 @@ def test_the_edit_form_is_for_the_author_only(world: World) -> None:
     assert carol.get(url).status_code == 404  # not a member
     assert alice.get(f"/r/lab/m/{reply.pk}/edit/").status_code == 404  # not a person's message
     assert alice.get(f"/r/lab/m/{uuid.uuid4().int % 10**9}/edit/").status_code == 404
+
+
+@memory
+async def test_a_reply_streaming_while_its_question_is_edited_ends_marked(world: World) -> None:
+    await stalling(world, "a")
+    async with member(world.alice) as alice:
+        asked = await _posted(alice, "@a a question to change")
+        await alice.until(lambda f: any(r.role == "assistant" and r.pieces >= 1 for r in f.replies.values()))
+        [reply] = [i for i, r in alice.frames.replies.items() if r.role == "assistant"]
+        await alice.send(action="edit", message_id=asked, text="@a the changed question")
+        await alice.until(lambda f: _final(alice, asked).get("data-edited") == "1")
+        assert reply not in [i for i, r in alice.frames.replies.items() if r.final_attrs]  # still streaming
+        await alice.send(action="stop", message_id=reply)
+        await alice.until(lambda f: all_final(f, 1))
+        assert _final(alice, reply).get("data-answers-edited") == "1"
+        assert _final(alice, reply).get("data-status") == "stopped"
