@@ -14,6 +14,7 @@ from django.utils import timezone
 from collab.chat.actions.continuation import CONTINUE_PROMPT
 from collab.chat.models import Membership, Message, Room
 from tests.conftest import SIM_TOKENS, Member, World, member, reply_ids, stalling
+from tests.test_reasoning import exported
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer", "replies_idle")]
 
@@ -55,6 +56,8 @@ async def test_a_reply_cut_off_at_max_tokens_says_so(cut: World) -> None:
     assert alice.frames.replies[reply_id].final_attrs["data-finish"] == "length"
     assert "cut off at the token limit" in final
     assert '"action": "continue", "message_id": ' + str(reply_id) in final
+    # The transcript says so too.
+    assert f"{stored.text}\n\n> cut off at the token limit" in await exported(cut.alice, "md")
     # A reply that ended on its own has neither.
     assistant = cut.assistants["b"]
     async with member(cut.alice) as alice:

@@ -6,11 +6,13 @@ in the reply's tokens, and never sent back to the model as history."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.test import AsyncClient
 
 from collab.chat.models import Message
 from collab.llm import Endpoint, Finish, Thought, Usage, stream_chat
@@ -157,6 +159,21 @@ async def test_thinking_streams_apart_and_is_never_history(world: World, sim: tu
     sent = "\n".join(str(m["content"]) for m in second["messages"])
     assert question in sent and stored.text in sent
     assert stored.reasoning not in sent and stored.reasoning[: len(stored.reasoning) // 2] not in sent
+    # The transcript shows it folded, before the answer.
+    transcript = await exported(world.alice, "md")
+    assert f"<details><summary>Thinking</summary>\n\n{stored.reasoning}\n\n</details>\n\n{stored.text}" in transcript
+    records = json.loads(await exported(world.alice, "json"))["messages"]
+    record = next(r for r in records if r["id"] == reply_id)
+    assert (record["reasoning"], record["text"], record["finish_reason"]) == (stored.reasoning, stored.text, None)
+
+
+async def exported(user: Any, fmt: str) -> str:
+    """The member's transcript, read as Daphne does (the streamed body is an async iterator)."""
+    client = AsyncClient()
+    await client.aforce_login(user)
+    response = await client.get(f"/r/lab/export.{fmt}", secure=True)
+    assert response.status_code == 200
+    return b"".join([chunk async for chunk in response.streaming_content]).decode()
 
 
 @pytest.mark.django_db(transaction=True)

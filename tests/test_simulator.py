@@ -36,7 +36,13 @@ from collab.simulator.app import SimulatorApp, make_app
 from collab.simulator.cli import add_arguments, config_from_options
 from collab.simulator.config import ModelSpec, SimConfig, parse_model
 from collab.simulator.testing import running_simulator, running_simulator_app
-from collab.simulator.text import count_prompt_tokens, expected_text, expected_tokens, simulated_tokens
+from collab.simulator.text import (
+    count_prompt_tokens,
+    expected_text,
+    expected_tokens,
+    simulated_tokens,
+    thinking_tokens,
+)
 from collab.simulator.timing import Schedule, token_offset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -287,6 +293,34 @@ async def test_max_tokens_truncates_with_length() -> None:
         # A limit above the reply length changes nothing.
         chunks = await stream_chunks(client, max_tokens=1000)
         assert len(contents(chunks)) == 60 and chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_parse_model_reasoning() -> None:
+    assert parse_model("sim+think@12") == ModelSpec("sim", think=12)
+    assert parse_model("sim+reasoning@3") == ModelSpec("sim", think=3, think_field="reasoning")
+    assert parse_model("sim+slow+think@2+stall@5") == ModelSpec("sim", "stall", 5, slow=True, think=2)
+    for bad in ("sim+think", "sim+think@", "sim+reasoning@x", "sim+think@-1"):
+        with pytest.raises(ValueError):
+            parse_model(bad)
+
+
+@pytest.mark.parametrize(("model", "field"), [("sim+think@6", "reasoning_content"), ("sim+reasoning@6", "reasoning")])
+async def test_reasoning_streams_first_in_its_own_field(model: str, field: str) -> None:
+    app = make_app(tps=10000, ttft_ms=0, reply_tokens=20, seed=3)
+    async with asgi_client(app) as client:
+        chunks = await stream_chunks(client, model=model, stream_options={"include_usage": True})
+        short = await stream_chunks(client, model=model, max_tokens=8)
+        whole = await client.chat.completions.create(model=model, messages=MSGS)
+    thoughts = [getattr(c.choices[0].delta, field) for c in chunks if c.choices and c.choices[0].delta.model_extra]
+    assert [t for t in thoughts if t] == thinking_tokens(MSGS, 3, model, 6)
+    assert contents(chunks) == expected_tokens(MSGS, 3, model, 20)  # the answer is the plain model's
+    first_answer = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content)
+    assert all(not getattr(c.choices[0].delta, field, None) for c in chunks[first_answer:] if c.choices)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6 + 20
+    # max_tokens counts the reasoning: 6 of it, 2 of the answer, cut off.
+    assert len(contents(short)) == 2 and short[-1].choices[0].finish_reason == "length"
+    assert (whole.choices[0].message.model_extra or {})[field] == "".join(thinking_tokens(MSGS, 3, model, 6))
+    assert whole.choices[0].message.content == expected_text(MSGS, 3, model, 20)
 
 
 async def test_include_usage_last_chunk() -> None:
