@@ -243,3 +243,23 @@ async def test_a_reply_streaming_while_its_question_is_edited_ends_marked(world:
         await alice.until(lambda f: all_final(f, 1))
         assert _final(alice, reply).get("data-answers-edited") == "1"
         assert _final(alice, reply).get("data-status") == "stopped"
+
+
+@memory
+async def test_an_edit_frame_stays_within_the_snapshot_budget(world: World) -> None:
+    """The replies re-sent with an edit are whole while they fit SNAPSHOT_BYTES, then only
+    their "show all" button: never near the 1 MiB a WebSocket frame may be."""
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        asked = await _posted(alice, "a question with long answers")
+        big = "<p>" + "x" * 120_000 + "</p>"
+        replies = [
+            await astore(world.room, None, "x" * 120_000, role="assistant", assistant=world.assistants["a"],
+                         reply_to_id=asked, html=big)
+            for _ in range(8)
+        ]  # fmt: skip
+        await bob.until(lambda f: asked in f.replies)
+        await alice.send(action="edit", message_id=asked, text="the question, changed")
+        await bob.until(lambda f: all(_final(bob, r.pk).get("data-answers-edited") == "1" for r in replies))
+    frame = bob.raw[-1]
+    assert len(frame.encode()) <= 256 * 1024
+    assert frame.count('data-truncated="1"') >= 6  # most of them as their button alone

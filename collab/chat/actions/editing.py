@@ -26,6 +26,7 @@ from collab.chat.events import RoomFrame
 from collab.chat.markup import render_user_markdown
 from collab.chat.models import Membership, Message, Room
 
+MAX_REPLIES_SENT = 50  # an edit frame re-sends at most this many replies (the rest: marked in later snapshots)
 _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII digits only, as replies._reply_in_room
 
 
@@ -73,10 +74,15 @@ def _frame(message: Message) -> RoomFrame:
     replies', now marked as answering an edited message (a streaming one gets the mark
     with its final article or the next snapshot)."""
     parts = [rendering.frame_final(message)]
+    used = rendering.size(parts[0])
     if message.edited_at is not None:
         replies = message.replies.exclude(status=Message.Status.STREAMING).shared().order_by("seq")
-        for reply in replies.select_related("reply_to")[:20]:
-            parts.append(rendering.frame_final(reply))
+        for reply in replies.select_related("reply_to")[:MAX_REPLIES_SENT]:
+            html = rendering.frame_final(reply)
+            if used + rendering.size(html) > rendering.budget("SNAPSHOT_BYTES"):  # far below the 1 MiB a frame may be
+                html = rendering.article(reply, oob=True, compact=True).strip()  # its "show all" button alone
+            parts.append(html)
+            used += rendering.size(html)
     return {"type": "room.frame", "kind": "final", "msg": message.id, "html": "\n".join(parts)}
 
 
