@@ -202,3 +202,32 @@ async def test_a_member_who_connects_mid_thinking_resumes_it_gap_free(world: Wor
     assert late_pieces[0][0] == at_connect  # resumed exactly where its snapshot ended
     assert stored.reasoning.startswith(late_text) and stored.reasoning.startswith(alice_text)
     assert stored.text == ""  # it never got to its answer
+
+
+# --- byte budgets -------------------------------------------------------------------------------
+
+
+def test_a_long_thinking_is_sent_as_its_tail_and_cut_in_the_final_article(settings: Any) -> None:
+    """No frame grows with the thinking (Daphne's 1 MiB): a snapshot holds its tail
+    (data-from, data-length exact), a final article an excerpt and its "show all"."""
+    from django.utils import timezone
+
+    from collab.chat import rendering
+
+    settings.COLLAB = {**settings.COLLAB, "SNAPSHOT_BYTES": 64 * 1024, "ARTICLE_BYTES": 4 * 1024}
+    thinking = "".join(f"step {i} & <so on>. " for i in range(20_000))  # ~400 KB, escaped larger
+    live = Message(id=7, seq=3, room_id=1, role="assistant", status="streaming", author_name="A")
+    live.created_at = timezone.now()
+    html_text, _page = rendering.frame_snapshot(
+        [live], {7: "the answer so far"}, has_older=False, room_slug="lab", live_thinking={7: thinking}
+    )
+    assert rendering.size(html_text) <= 64 * 1024
+    shown = THINKING_SHOWN.search(html_text)
+    assert shown is not None and int(shown.group(2)) == len(thinking)
+    start = int(shown.group(3))
+    assert start > 0 and html.unescape(shown.group(4)) == thinking[start:]
+    done = Message(id=8, seq=4, room_id=1, role="assistant", status="done", author_name="A", text="ok")
+    done.created_at, done.html, done.reasoning = timezone.now(), "<p>ok</p>", thinking
+    final = rendering.frame_final(done)
+    assert rendering.size(final) < rendering.budget("FRAME_ARTICLE_BYTES") and "Show all the thinking" in final
+    assert html.escape(thinking) in rendering.article(done)  # "show all": the whole article
