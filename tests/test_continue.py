@@ -155,6 +155,10 @@ async def test_continue_is_refused_when_it_may_not(cut: World, sim: tuple[str, A
         await Room.objects.filter(pk=cut.room.pk).aupdate(status=Room.Status.LOCKED)
         await refused(bob, "room.locked", action="continue", message_id=reply_id)
         await Room.objects.filter(pk=cut.room.pk).aupdate(status=Room.Status.OPEN)
+        # A spent budget: no reply goes on (the cut reply alone used more than 1 token).
+        await Room.objects.filter(pk=cut.room.pk).aupdate(budget_tokens=1)
+        await refused(bob, "room.budget", action="continue", message_id=reply_id)
+        await Room.objects.filter(pk=cut.room.pk).aupdate(budget_tokens=None)
     assert await database_sync_to_async(snapshot_of)(reply_id) == stored
     assert (await Message.objects.aget(pk=foreign)).status == "done"
     assert (await Message.objects.aget(pk=alices)).text == "mine"
