@@ -1,9 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 from django.views.decorators.http import require_http_methods
 
-from collab.chat import views
+from collab.chat import history_views, settings_views, views
 
 urlpatterns = [
     path("", views.rooms, name="rooms"),
@@ -14,8 +14,11 @@ urlpatterns = [
     path("r/<slug:slug>/", views.room, name="room"),
     path("r/<slug:slug>/older/", views.room_older, name="room_older"),
     path("r/<slug:slug>/m/<int:message_id>/", views.message_full, name="message_full"),
+    path("r/<slug:slug>/m/<int:message_id>/edit/", history_views.edit_form, name="message_edit"),
+    path("r/<slug:slug>/search", history_views.search, name="room_search"),
+    re_path(r"^r/(?P<slug>[-a-zA-Z0-9_]+)/export\.(?P<fmt>md|json)$", history_views.export, name="room_export"),
     path("r/<slug:slug>/leave/", views.leave, name="leave"),
-    path("r/<slug:slug>/settings/", views.room_settings, name="room_settings"),
+    path("r/<slug:slug>/settings/", settings_views.room_settings, name="room_settings"),
     path("r/<slug:slug>/join/", views.join_as_staff, name="room_join"),
     path("join/<str:token>/", views.join, name="join"),
     path("healthz", views.healthz, name="healthz"),

@@ -86,7 +86,7 @@ def frame_objects() -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries(
         {},
         optional={
-            "action": st.sampled_from([*ACTIONS, "", "POST", "delete", "post\x00"]) | json_values,
+            "action": st.sampled_from([*ACTIONS, "", "POST", "remove", "post\x00"]) | json_values,
             "text": any_text | json_values,
             "client_id": uuid_like | json_values,
             "message_id": st.integers() | json_values,

@@ -14,7 +14,16 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from collab.chat import metrics, shared
-from collab.chat.events import PROCESSES_GROUP, Control, RoomClosed, RoomFrame, UserEvent, room_group, user_group
+from collab.chat.events import (
+    PROCESSES_GROUP,
+    Control,
+    RoomClosed,
+    RoomFrame,
+    UserEvent,
+    member_group,
+    room_group,
+    user_group,
+)
 
 log = logging.getLogger(__name__)
 _warned = False  # _pubsub_target fell back (said once)
@@ -26,27 +35,40 @@ def _layer() -> Any:
     return layer
 
 
+def _group(room_id: int, frame: RoomFrame) -> str:
+    """The room's group; a personal reply's frames (`to`: its recipient) go to the
+    recipient's own sockets in the room only (docs/architecture.md, "personal replies")."""
+    to = frame.get("to")
+    return room_group(room_id) if to is None else member_group(room_id, to)
+
+
 async def to_room(room_id: int, frame: RoomFrame) -> None:
-    """One pre-rendered frame to every socket of a room, on every process."""
+    """One pre-rendered frame to every socket of a room (or, with `to`, of one of its
+    members), on every process."""
     metrics.FRAMES.labels(frame["kind"]).inc()
-    await _layer().group_send(room_group(room_id), frame)
+    await _layer().group_send(_group(room_id, frame), frame)
 
 
-async def piece_to_room(room_id: int, reply_id: int, text: str, at_bytes: int, frame: RoomFrame) -> None:
+async def piece_to_room(
+    room_id: int, reply_id: int, text: str, at_bytes: int, frame: RoomFrame, thinking: bool = False
+) -> None:
     """A reply's piece: recorded in the shared state (its text so far), then sent to the
     room, in that order (docs/architecture.md, "reconnects"). On the Redis pub/sub layer
     with the shared state in the same Redis, both happen in one command: the channel
     layer's own message, published by a script that first appends the text."""
     metrics.FRAMES.labels(frame["kind"]).inc()
     state = shared.backend()
-    target = _pubsub_target(room_id)
-    if target is not None and await state.append_and_publish(reply_id, text, at_bytes, target[0], target[1](frame)):
+    group = _group(room_id, frame)
+    target = _pubsub_target(group)
+    if target is not None and await state.append_and_publish(
+        reply_id, text, at_bytes, target[0], target[1](frame), thinking
+    ):
         return
-    await state.append(reply_id, text, at_bytes)
-    await _layer().group_send(room_group(room_id), frame)
+    await state.append(reply_id, text, at_bytes, thinking)
+    await _layer().group_send(group, frame)
 
 
-def _pubsub_target(room_id: int) -> tuple[str, Any] | None:
+def _pubsub_target(group: str) -> tuple[str, Any] | None:
     """(the group's Redis channel, the layer's serializer) when one script may publish
     for the channel layer: channels_redis's pub/sub layer on one Redis, the shared
     state's. Else None (in-memory layer, list-based layer, shards, another Redis)."""
@@ -61,7 +83,7 @@ def _pubsub_target(room_id: int) -> tuple[str, Any] | None:
         loop_layer = layer._get_layer()
         if len(loop_layer._shards) != 1:
             return None
-        return loop_layer._get_group_channel_name(room_group(room_id)), layer.serialize
+        return loop_layer._get_group_channel_name(group), layer.serialize
     except (ImportError, AttributeError):  # channels_redis changed: the two-step path still works
         global _warned
         if not _warned:  # once, not once per piece

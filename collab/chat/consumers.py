@@ -34,6 +34,7 @@ from collab.chat.events import (
     RoomFrame,
     SessionEnded,
     SocketResync,
+    member_group,
     room_group,
     user_group,
 )
@@ -109,7 +110,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
         assert self.room_id is not None and self.user_id is not None
         await self.channel_layer.group_add(room_group(self.room_id), self.channel_name)
         await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
-        messages_html, members_html, self.floors = await snapshot.snapshot(self.room_id, self.room_slug)
+        await self.channel_layer.group_add(member_group(self.room_id, self.user_id), self.channel_name)
+        messages_html, members_html, self.floors = await snapshot.snapshot(self.room_id, self.room_slug, self.user_id)
         await self.outbox.put(messages_html + members_html)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -141,6 +143,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
             try:
                 await self.channel_layer.group_discard(room_group(self.room_id), self.channel_name)
                 await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
+                await self.channel_layer.group_discard(member_group(self.room_id, self.user_id), self.channel_name)
                 if not self.read_only:
                     await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
             except Exception:  # the layer is away: groups and presence expire by themselves
@@ -164,6 +167,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def room_frame(self, event: RoomFrame) -> None:
         if event.get("by") == self.channel_name:
             return
+        to = event.get("to")
+        if to is not None and to != self.user_id:  # a personal reply: its recipient's alone (never sent here)
+            return
         msg = event.get("msg")
         if msg is not None:
             floors = self.floors
@@ -184,11 +190,18 @@ class RoomConsumer(AsyncWebsocketConsumer):
                         floors[msg] = end
             elif kind == "final":
                 floors.pop(msg, None)
+                floors.pop(-msg, None)  # its thinking's floor (a thinking piece's msg is -N)
+                resume = event.get("resume")
+                if resume is not None:  # streaming again (continue): pieces follow from there
+                    floors[msg], floors[-msg] = resume
             elif kind == "new":
                 if msg in floors:  # the snapshot already holds it
                     return
                 for reply_id in event.get("replies", ()):
                     floors[reply_id] = 0
+                    floors[-reply_id] = 0  # its thinking, if any
+        elif event.get("not_user") == self.user_id:  # "NAME is typing": not to NAME's own sockets
+            return
         if not self.outbox.offer(event["html"]):
             await self.outbox.put(event["html"])
 
@@ -300,6 +313,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
                         f"No assistant called @{name} is in this room; your message was posted as written.",
                     )
                 )
+            if result.refused is not None:  # stored, and no reply started (room.budget)
+                await self._tell(rendering.frame_error(result.refused.code, result.refused.message))
         elif action == "stop":
             await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"), self._address())
         elif action == "regenerate":

@@ -8,7 +8,9 @@ from collab.chat.models import Assistant, Message, Room
 from collab.llm.client import ChatMessage
 
 
-def build_context(assistant: Assistant, room: Room, history: Sequence[Message], budget_chars: int) -> list[ChatMessage]:
+def build_context(
+    assistant: Assistant, room: Room, history: Sequence[Message], budget_chars: int, lens: str = ""
+) -> list[ChatMessage]:
     """System prompt and topic first, then as much recent history as fits, oldest first.
 
     `history` is the room's messages up to and including the one being answered,
@@ -17,18 +19,22 @@ def build_context(assistant: Assistant, room: Room, history: Sequence[Message], 
     The newest message is always included (cut from the front if it alone is too long).
     """
     system = assistant.system_prompt.strip()
+    if room.system_prompt.strip():  # the room's own, after the assistant's (docs/wire.md, "room settings")
+        system = f"{system}\n\n{room.system_prompt.strip()}".strip()
     if room.topic:
         system = f"{system}\n\nThis chat room is about: {room.topic}".strip()
     system = (
         f"{system}\n\nYou are @{assistant.handle} ({assistant.display_name}) in the room "
         f'"{room.name}". Messages from people start with their name.'
     ).strip()
+    if lens:  # a personal reply (`/each`): written for one member, with their lens (actions/lenses.py)
+        system = f"{system}\n\n{lens}"
     turns: list[ChatMessage] = []
     used = 0
     for message in reversed(history):
         if message.role == Message.Role.ASSISTANT and message.status == Message.Status.STREAMING:
             continue
-        if not message.text:
+        if not message.text:  # nothing said yet, or deleted (a tombstone: actions/editing.py)
             continue
         if message.role == Message.Role.ASSISTANT and message.assistant_id == assistant.id:
             turn: ChatMessage = {"role": "assistant", "content": message.text}

@@ -19,6 +19,12 @@ def room_group(room_id: int) -> str:
     return f"room.{room_id}"
 
 
+def member_group(room_id: int, user_id: int) -> str:
+    """One member's sockets in one room, on every process: where a personal reply's
+    frames go until it is shared (docs/architecture.md, "personal replies")."""
+    return f"room.{room_id}.user.{user_id}"
+
+
 def user_group(user_id: int) -> str:
     """Every socket of one user, across rooms and processes (closed on leave/kick)."""
     return f"user.{user_id}"
@@ -28,11 +34,14 @@ class RoomFrame(TypedDict):
     type: Literal["room.frame"]
     html: str
     kind: FrameKind
-    msg: NotRequired[int]  # message id, for new/delta/final
+    msg: NotRequired[int]  # message id, for new/delta/final; a thinking delta's: -id (a floor of its own)
     offset: NotRequired[int]  # delta: where the piece starts in the reply's text
     end: NotRequired[int]  # delta: where it ends (a member whose next expected offset is lower missed a piece)
     replies: NotRequired[list[int]]  # new: the replies it announces (each socket expects their pieces from 0)
+    resume: NotRequired[list[int]]  # final of a reply streaming again (continue): [answer, thinking] offsets
     by: NotRequired[str]  # the socket whose own change this announces: it already knows
+    not_user: NotRequired[int]  # a frame without `msg` that this user's own sockets skip (typing)
+    to: NotRequired[int]  # a personal reply's recipient: sent to their member_group only (broadcast.py)
 
 
 class MembershipEnded(TypedDict):

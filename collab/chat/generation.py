@@ -3,6 +3,7 @@ process-wide registry (not by any socket). It knows neither HTML nor the channel
 it hands pieces, states and the outcome to a `Sink` that its caller supplies.
 
     llm.pool.stream_reply ──tokens──> Coalescer ──pieces──> sink.piece(offset, text)
+                         ──thoughts─> Coalescer ──pieces──> sink.thought(offset, text)   (offsets of their own)
                                                   outcome──> sink.finish(outcome)   (always, in `finally`)
 
 The reader never waits for the sink: tokens are appended in memory and a separate
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from collab.chat import metrics
-from collab.llm import LLMError, Usage
+from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.pool import ProviderConfig, SharedSlots, stream_reply
 
@@ -111,6 +112,7 @@ class ReplyJob:
     messages: list[ChatMessage]
     temperature: float | None
     max_tokens: int | None
+    recipient_id: int | None = None  # a personal reply (`/each`): its frames go to this member only
 
 
 @dataclass
@@ -123,12 +125,17 @@ class Outcome:
     prompt_tokens: int | None = None
     duration_ms: float = 0.0
     tps: float | None = None
+    reasoning: str = ""  # the model's thinking, apart from `text` (never sent back to it)
+    finish_reason: str = ""  # why the model stopped when not its own end ("length"); else ""
 
 
 class Sink(Protocol):
     """Where a reply goes: supplied by the caller (actions.replies)."""
 
     async def piece(self, offset: int, text: str) -> None: ...
+
+    async def thought(self, offset: int, text: str) -> None:
+        """A piece of the model's thinking: offsets of its own, from 0."""
 
     async def state(self, text: str) -> None: ...
 
@@ -145,6 +152,7 @@ class LiveReply:
     finishing: bool = False  # its outcome is being stored: a stop no longer cancels it
     task: asyncio.Task[None] | None = None
     parts: list[str] = field(default_factory=list)  # every token's text, in order
+    thoughts: list[str] = field(default_factory=list)  # every thinking token's text, in order
     # What the admin's live page shows (status()): when it was started and got its first
     # token (time.monotonic()), and while it waits for a slot of its provider, its place
     # in the queue (1: next; 0: not waiting).
@@ -156,7 +164,7 @@ class LiveReply:
         """This reply as the live page shows it: tokens so far, and its rate (tokens after
         the first over the time since it came, as the stored tps), elapsed since it started."""
         now = time.monotonic()
-        tokens = len(self.parts)
+        tokens = len(self.parts) + len(self.thoughts)
         since_first = now - self.first_at if self.first_at is not None else 0.0
         return {
             "id": self.job.message_id,
@@ -181,8 +189,9 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     first_at: float | None = None
     chunks = 0
     usage: Usage | None = None
-    status, error = "done", ""
+    status, error, finish_reason = "done", "", ""
     queued = False
+    thinker: Coalescer | None = None  # the thinking's, made at its first piece (most models have none)
 
     async def on_queued(ahead: int) -> None:
         nonlocal queued
@@ -215,15 +224,26 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
             ) as stream,
         ):
             async for item in stream:
-                if isinstance(item, Usage):
+                if isinstance(item, str):  # the answer: the hot path
+                    if first_at is None:
+                        first_at = loop.time()
+                        live.first_at = time.monotonic()
+                    chunks += 1
+                    live.parts.append(item)
+                    coalescer.push(item)
+                elif isinstance(item, Thought):
+                    if first_at is None:
+                        first_at = loop.time()
+                        live.first_at = time.monotonic()
+                    if thinker is None:
+                        thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
+                    chunks += 1
+                    live.thoughts.append(item.text)
+                    thinker.push(item.text)
+                elif isinstance(item, Usage):
                     usage = item
-                    continue
-                if first_at is None:
-                    first_at = loop.time()
-                    live.first_at = time.monotonic()
-                chunks += 1
-                live.parts.append(item)
-                coalescer.push(item)
+                elif isinstance(item, Finish):
+                    finish_reason = item.reason
     except LLMError as exc:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)
@@ -237,7 +257,9 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         status, error = "failed", "internal error"
     finally:
         live.finishing = True
-        await _finish(live, coalescer, status, error, started, first_at, chunks, usage)
+        if thinker is not None:
+            await thinker.close()
+        await _finish(live, coalescer, status, error, started, first_at, chunks, usage, finish_reason)
 
 
 async def _finish(
@@ -249,6 +271,7 @@ async def _finish(
     first_at: float | None,
     chunks: int,
     usage: Usage | None,
+    finish_reason: str = "",
 ) -> None:
     await coalescer.close()
     ended = asyncio.get_running_loop().time()
@@ -264,6 +287,8 @@ async def _finish(
         duration_ms=(ended - started) * 1000,
         # Tokens after the first, over the time they took: the stream's own rate.
         tps=(tokens - 1) / streaming_s if tokens > 1 and streaming_s > 0 else None,
+        reasoning="".join(live.thoughts),
+        finish_reason=finish_reason if status == "done" else "",
     )
     metrics.REPLIES.labels(status).inc()
     metrics.REPLY_TOKENS.inc(tokens)

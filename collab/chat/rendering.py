@@ -17,6 +17,7 @@ from __future__ import annotations
 import html as html_lib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.template.loader import get_template
@@ -28,6 +29,7 @@ _article = get_template("chat/_article.html")
 _messages = get_template("chat/_frame_messages.html")
 _older_page = get_template("chat/_older_page.html")
 _delta = get_template("chat/_frame_delta.html")
+_thinking = get_template("chat/_frame_thinking.html")
 _error = get_template("chat/_frame_error.html")
 _members = get_template("chat/_members.html")
 _room_status = get_template("chat/_room_status.html")
@@ -86,6 +88,28 @@ def asker(message: Message, askers: Mapping[int, str] | None = None) -> str:
     return (askers or {}).get(message.reply_to_id, "")
 
 
+def answers_edited(message: Message, edited: Mapping[int, datetime] | None = None) -> bool:
+    """A reply made before its question was edited (actions.editing): from the question
+    when its row is at hand, or from `edited` (edited_at by id, of a list's messages)."""
+    if message.role != Message.Role.ASSISTANT or message.reply_to_id is None:
+        return False
+    if Message.reply_to.is_cached(message):
+        at = message.reply_to.edited_at if message.reply_to is not None else None
+    else:
+        at = (edited or {}).get(message.reply_to_id)
+    return at is not None and at > message.created_at
+
+
+def recipient(message: Message) -> str:
+    """A personal reply's recipient (`data-recipient`), "" for a shared message. The
+    callers load it with the message (select_related) or create it with the user."""
+    if message.recipient_id is None:
+        return ""
+    if Message.recipient.is_cached(message) and message.recipient is not None:
+        return message.recipient.get_username()
+    return str(message.recipient_id)  # not loaded: never a query here (frames render on the event loop)
+
+
 def article(
     message: Message,
     *,
@@ -96,18 +120,31 @@ def article(
     limit: int | None = None,
     compact: bool = False,
     askers: Mapping[int, str] | None = None,
+    edited: Mapping[int, datetime] | None = None,
+    live_thinking: str | None = None,
+    thinking_from: int = 0,
 ) -> str:
     """One message. `live_text` is the text so far of a reply still streaming here, from
     character `live_from` on (0: all of it). A finished message whose HTML is over `limit`
     bytes is cut to an excerpt and a "show all" button; `compact`: the button alone."""
     cut = message.status != Message.Status.STREAMING and (compact or (limit is not None and _over(message.html, limit)))
+    thinking_cut = bool(message.reasoning) and limit is not None and _over(message.reasoning, limit)
     return _article.render(
         {
             "m": message,
             "asker": asker(message, askers),
+            "recipient": recipient(message),
+            "answers_edited": answers_edited(message, edited),
             "live_text": live_text,
             "live_from": live_from,
             "live_length": live_from + len(live_text) if live_text is not None else 0,
+            # A reasoning model's thinking (the `<details>` block): live, from `thinking_from` on,
+            # or stored; cut to an excerpt where the answer would be (its "show all" has it whole).
+            "live_thinking": live_thinking,
+            "thinking_from": thinking_from,
+            "thinking_length": thinking_from + len(live_thinking) if live_thinking is not None else 0,
+            "reasoning": "" if compact else _excerpt(message.reasoning) if thinking_cut else message.reasoning,
+            "reasoning_cut": thinking_cut,
             "oob": oob,
             "state": state,
             "cut": cut,
@@ -131,6 +168,11 @@ def frame_final(message: Message) -> str:
 
 def frame_delta(message_id: int, offset: int, text: str) -> str:
     return _delta.render({"id": message_id, "offset": offset, "text": text}).strip()
+
+
+def frame_thinking(message_id: int, offset: int, text: str) -> str:
+    """A piece of a reply's thinking (`msg-N-thinking`), at its own offset."""
+    return _thinking.render({"id": message_id, "offset": offset, "text": text}).strip()
 
 
 @dataclass
@@ -165,18 +207,21 @@ def fit(
     has_older: bool,
     live_texts: dict[int, str] | None = None,
     states: dict[int, str] | None = None,
+    live_thinking: dict[int, str] | None = None,
 ) -> Page:
     """The newest of `messages` (oldest first) whose articles fit `room` bytes.
 
     Replies streaming here (`live_texts`) come first: every message from the oldest of
     them on is shown, the others at least compact (a "show all" button), so the list has
     no hole; each live text, newest first, is shown whole if it fits what is left of half
-    the budget, else its tail. Then,
+    the budget, else its tail (its thinking, `live_thinking`, likewise: at most
+    ARTICLE_BYTES of it, from that half). Then,
     newest first, messages get their full article (cut to an excerpt over ARTICLE_BYTES)
     while they fit; the first that does not ends the page."""
     live_texts = live_texts or {}
     states = states or {}
     askers = {m.id: m.author_name for m in messages if m.role == Message.Role.USER}
+    edited = {m.id: m.edited_at for m in messages if m.edited_at is not None}
     limit = budget("ARTICLE_BYTES")
     n = len(messages)
     live = [i for i, m in enumerate(messages) if m.id in live_texts]
@@ -189,17 +234,38 @@ def fit(
     for i in reversed(live):
         m, text = messages[i], live_texts[messages[i].id]
         state = states.get(m.id, "")
-        frame = size(article(m, live_text="", live_from=len(text), state=state, askers=askers))
+        think = (live_thinking or {}).get(m.id, "")
+        t_room = max(0, min(limit, live_room // 2))
+        t_from = 0 if size(html_lib.escape(think)) <= t_room else _tail_start(think, t_room)
+        frame = size(
+            article(
+                m,
+                live_text="",
+                live_from=len(text),
+                state=state,
+                askers=askers,
+                live_thinking=think[t_from:],
+                thinking_from=t_from,
+            )
+        )
         avail = min(live_room, room - used - frame)
         start = 0 if size(html_lib.escape(text)) <= avail else _tail_start(text, avail)
-        chosen[i] = article(m, live_text=text[start:], live_from=start, state=state, askers=askers)
-        live_room -= size(chosen[i]) - frame
+        chosen[i] = article(
+            m,
+            live_text=text[start:],
+            live_from=start,
+            state=state,
+            askers=askers,
+            live_thinking=think[t_from:],
+            thinking_from=t_from,
+        )
+        live_room -= size(chosen[i]) - frame + size(html_lib.escape(think[t_from:]))
         used += size(chosen[i])
     first = live[0] if live else n
     for i in reversed(range(n)):
         if messages[i].id in live_texts:
             continue
-        full = article(messages[i], limit=limit)
+        full = article(messages[i], limit=limit, edited=edited)
         extra = size(full) - (size(chosen[i]) if i in chosen else 0)
         if used + extra > room:
             break
@@ -215,6 +281,7 @@ def frame_snapshot(
     room_slug: str,
     states: dict[int, str] | None = None,
     members_html: str = "",
+    live_thinking: dict[int, str] | None = None,
 ) -> tuple[str, Page]:
     """The room's recent messages, replacing the list: the first frame after (re)connect,
     sent with `members_html`; together they fit SNAPSHOT_BYTES. `states` are the labels
@@ -222,7 +289,7 @@ def frame_snapshot(
     context = {"mode": "replace", "has_older": True, "room_slug": room_slug, "oldest_seq": 2**62, "articles": []}
     shell = size(_messages.render(context).strip())
     room = budget("SNAPSHOT_BYTES") - shell - size(members_html)
-    page = fit(messages, room, has_older=has_older, live_texts=live_texts, states=states)
+    page = fit(messages, room, has_older=has_older, live_texts=live_texts, states=states, live_thinking=live_thinking)
     context.update(has_older=page.has_older, oldest_seq=page.oldest_seq, articles=page.articles)
     return _messages.render(context).strip(), page
 

@@ -17,7 +17,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.models import User
 from django.db import connection
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -25,10 +25,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from collab.chat import rendering, shared
-from collab.chat.actions import moderation, providers, snapshot
+from collab.chat.actions import budgets, moderation, providers, snapshot
 from collab.chat.actions import rooms as room_actions
 from collab.chat.errors import ClientError
-from collab.chat.models import Assistant, Ban, Membership, Message, Room
+from collab.chat.models import Membership, Message, Room
 
 
 @login_not_required
@@ -120,11 +120,15 @@ def _refused(request: HttpRequest, heading: str, text: str, back: str = "") -> H
 
 @require_GET
 def room(request: HttpRequest, slug: str) -> HttpResponse:
+    if "at" in request.GET:  # a message in context (a search result links there): history_views
+        from collab.chat import history_views  # it imports this module
+
+        return history_views.context(request, slug)
     found = _viewer_or_ban_page(request, slug)
     if isinstance(found, HttpResponse):
         return found
     the_room, membership = found
-    recent = snapshot.history(the_room)
+    recent = snapshot.history(the_room, user_id=_user(request).pk)
     members, members_more = rendering.members_listed(
         room_actions.members_of(the_room.id, shared.online_sync(the_room.id))
     )
@@ -142,6 +146,7 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "members_more": members_more,
             "assistants": the_room.assistants.all(),
             "room_cost": providers.room_cost(the_room.id),
+            "budget": budgets.usage(the_room),  # the header's "left this month" (no query without a budget)
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
             # Per viewer, for the page's own CSS: Stop shows on the replies this viewer may stop
             # (the articles are the same for every member: `data-asker` on each).
@@ -176,7 +181,7 @@ def room_older(request: HttpRequest, slug: str) -> HttpResponse:
         before = int(request.GET.get("before", ""))
     except ValueError:
         return HttpResponse("before must be a number", status=400)
-    return HttpResponse(rendering.older_page(snapshot.history(the_room, before), slug))
+    return HttpResponse(rendering.older_page(snapshot.history(the_room, before, _user(request).pk), slug))
 
 
 @require_GET
@@ -184,7 +189,8 @@ def message_full(request: HttpRequest, slug: str, message_id: int) -> HttpRespon
     """One message's article whole, for its "show all" button (a snapshot, a page of
     history or a `final` frame showed it cut). Members of its room (and staff) only."""
     the_room, _ = _viewer(request, slug)
-    message = Message.objects.filter(room_id=the_room.pk, pk=message_id).first()
+    mine = Message.objects.visible_to(_user(request).pk).select_related("recipient")  # not others' personal replies
+    message = mine.filter(room_id=the_room.pk, pk=message_id).first()
     if message is None:
         raise Http404("No such message in this room.")
     return HttpResponse(rendering.article(message))
@@ -221,118 +227,6 @@ def leave(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect("room", slug=slug)
     flash.success(request, f"You left {membership.room.name}.")
     return redirect("rooms")
-
-
-class RoomSettingsForm(forms.Form):
-    topic = forms.CharField(max_length=500, required=False)
-    reply_to_all = forms.BooleanField(required=False, label="Assistants reply to every message")
-    assistants = forms.ModelMultipleChoiceField(
-        queryset=Assistant.objects.all(), required=False, widget=forms.CheckboxSelectMultiple
-    )
-
-
-# What the settings page's forms may ask (`op`), and of whom: the moderation actions
-# check again (moderation.may), these decide only what the page offers and answers.
-MODERATOR_OPS = frozenset({"kick", "remove_member", "ban", "unban", "lock", "unlock"})
-OWNER_OPS = frozenset({"settings", "reset_invite", "role"})
-
-
-@require_http_methods(["GET", "POST"])
-def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
-    """Owners: the settings, the invite link, roles, members and bans, lock. Moderators:
-    members and bans, lock. Members: 403, whatever they post."""
-    membership = _membership(request, slug)
-    the_room = membership.room
-    back = reverse("room", args=[slug])
-    if not membership.moderates:
-        return _refused(request, "Not allowed", "Only the room's owner and its moderators can manage it.", back)
-    is_owner = membership.role == Membership.Role.OWNER
-    if request.method == "POST":
-        op = request.POST.get("op", "settings")
-        if op not in MODERATOR_OPS | OWNER_OPS:
-            return HttpResponse(f"Unknown operation: {op[:50]}", status=400)
-        if op in OWNER_OPS - {"role"} and not is_owner:  # "role": the action itself refuses
-            flash.error(request, "Only the room's owner can change its settings.")
-            return _settings_page(request, membership, status=403)
-        if op == "reset_invite":
-            room_actions.reset_invite(the_room)
-            flash.success(request, "The old invite link no longer works.")
-            return redirect("room_settings", slug=slug)
-        if op == "settings":
-            form = _settings_form(the_room, request.POST)
-            if form.is_valid():
-                room_actions.update_room(
-                    the_room,
-                    topic=form.cleaned_data["topic"],
-                    reply_to_all=form.cleaned_data["reply_to_all"],
-                    assistant_ids=[a.pk for a in form.cleaned_data["assistants"]],
-                )
-                flash.success(request, "Saved.")
-                return redirect("room", slug=slug)
-            return _settings_page(request, membership, form, status=400)
-        return _moderate(request, membership, op)
-    return _settings_page(request, membership)
-
-
-def _settings_form(the_room: Room, data: QueryDict | None = None) -> RoomSettingsForm:
-    initial = {"topic": the_room.topic, "reply_to_all": the_room.reply_to_all, "assistants": the_room.assistants.all()}
-    return RoomSettingsForm(data, initial=initial)
-
-
-def _moderate(request: HttpRequest, membership: Membership, op: str) -> HttpResponse:
-    """One moderation form of the settings page, through actions.moderation (audited).
-    A refusal is a flash error: 403 when the action was not allowed, else back to the page."""
-    the_room = membership.room
-    actor = moderation.Actor(_user(request), request.META.get("REMOTE_ADDR"))
-    username = request.POST.get("username", "")
-    try:
-        if op in ("kick", "remove_member"):
-            done = f"{moderation.kick(actor, the_room, username).get_username()} was removed from the room."
-        elif op == "ban":
-            user = moderation.ban(actor, the_room, username, request.POST.get("reason", ""))
-            done = f"{user.get_username()} was banned: removed, and the invite link no longer lets them in."
-        elif op == "unban":
-            moderation.unban(actor, the_room, username)
-            done = f"{username.strip()} is no longer banned (an invite link lets them in again)."
-        elif op == "lock":
-            locked = moderation.lock(actor, the_room)
-            done = "The room is locked: members can read it, nobody can post." if locked else "It was locked already."
-        elif op == "unlock":
-            unlocked = moderation.unlock(actor, the_room)
-            done = "The room is open again." if unlocked else "It was open already."
-        else:  # "role"
-            role = request.POST.get("role", "")
-            moderation.set_role(actor, the_room, username, role)
-            done = f"{username.strip()} is now a {role}."
-    except ClientError as exc:
-        flash.error(request, exc.message)
-        if exc.code == "room.not_allowed":
-            return _settings_page(request, membership, status=403)
-        return redirect("room_settings", slug=the_room.slug)
-    flash.success(request, done)
-    return redirect("room_settings", slug=the_room.slug)
-
-
-def _settings_page(
-    request: HttpRequest, membership: Membership, form: RoomSettingsForm | None = None, status: int = 200
-) -> HttpResponse:
-    the_room = membership.room
-    is_owner = membership.role == Membership.Role.OWNER
-    if is_owner and form is None:
-        form = _settings_form(the_room)
-    return render(
-        request,
-        "chat/room_settings.html",
-        {
-            "room": the_room,
-            "is_owner": is_owner,
-            "form": form,
-            "members": room_actions.members_of(the_room.id, shared.online_sync(the_room.id)),
-            "bans": Ban.objects.filter(room=the_room).select_related("user", "by").order_by("-created_at"),
-            "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])) if is_owner else "",
-        },
-        status=status,
-    )
 
 
 _health_channels: dict[int, str] = {}  # one per layer: a new channel per call stays subscribed (a leak)

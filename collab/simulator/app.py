@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import itertools
 import json
 import logging
 import random
@@ -27,7 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from .config import SLOW_FACTOR, FaultKind, ModelSpec, SimConfig, parse_model
-from .text import count_prompt_tokens, iter_tokens, simulated_tokens
+from .text import count_prompt_tokens, iter_tokens, simulated_tokens, thinking_tokens
 from .timing import Schedule
 
 __all__ = ["SimulatorApp", "install_log_filter", "make_app"]
@@ -43,6 +44,7 @@ _SSE_HEADERS: list[tuple[bytes, bytes]] = [
     (b"cache-control", b"no-cache"),
 ]
 _DONE = b"data: [DONE]\n\n"
+_THINK = "\x00"  # marks a reasoning token in the stream's token iterator (never in the text)
 
 # Set by a request that cuts its own response on purpose: uvicorn then logs
 # "ASGI callable returned without completing response." — the filter below
@@ -128,6 +130,11 @@ class SimulatorApp:
     def __init__(self, config: SimConfig | None = None) -> None:
         self.config = config or SimConfig()
         self.stats = Stats()
+        # With `record` (testing.running_simulator_app sets it), every completion request,
+        # parsed (model, messages), in order: what tests check was sent. Off for a server
+        # that runs long (benchmarks, load tests): it would only grow.
+        self.record = False
+        self.recorded: list[dict[str, Any]] = []
         self._fault_rng = random.Random(f"collab-simulator-faults:{self.config.seed}")
         self._stops: set[asyncio.Event] = set()
         self._shutting_down = False
@@ -181,6 +188,8 @@ class SimulatorApp:
                 if body is None:
                     return  # client left before sending the body
                 request = self._parse_completion(body)
+                if self.record:
+                    self.recorded.append({"model": request.model, "messages": request.messages})
                 await self._completion(request, receive, send, start_wall, start_mono)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 if method not in ("GET", "HEAD"):
@@ -343,7 +352,8 @@ class SimulatorApp:
 
         config = self.config
         self.stats.completions += 1
-        n = config.reply_tokens
+        # n: completion tokens, the reasoning ones (think@N) first; max_tokens counts both.
+        n = req.spec.think + config.reply_tokens
         finish_reason = "stop"
         if req.max_tokens is not None and req.max_tokens < n:
             n = req.max_tokens
@@ -423,6 +433,18 @@ class SimulatorApp:
         # Tokens are generated as they fall due (a long reply costs nothing upfront);
         # the first n of the full reply's pieces are exactly simulated_tokens(..., n).
         pieces = iter_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)
+        if req.spec.think:  # reasoning first, in its own field: then the answer
+            think_before = before + '{"' + req.spec.think_field + '":'
+            pieces = itertools.chain(
+                (_THINK + t for t in thinking_tokens(req.messages, self.config.seed, req.model, req.spec.think)),
+                pieces,
+            )
+
+        def event(token: str) -> str:
+            if token[:1] == _THINK:
+                return think_before + _json_str(token[1:]) + content_after
+            return content_before + _json_str(token) + content_after
+
         ending = (before + '{},"logprobs":null,"finish_reason":"' + finish_reason + '"' + tail).encode()
         if req.include_usage:
             prompt_tokens = count_prompt_tokens(req.messages)
@@ -446,7 +468,9 @@ class SimulatorApp:
             now = loop.time()
             due = timing.due(now, limit)
             if due > sent:
-                if due - sent == 1:
+                if req.spec.think:
+                    body = "".join([event(next(pieces)) for _ in range(due - sent)]).encode()
+                elif due - sent == 1:
                     body = (content_before + _json_str(next(pieces)) + content_after).encode()
                 else:
                     body = "".join(
@@ -502,8 +526,13 @@ class SimulatorApp:
         if fault == "stall":
             await stop.wait()
             return self._stopped(stop)
-        tokens = simulated_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)[:n]
+        thoughts = thinking_tokens(req.messages, self.config.seed, req.model, req.spec.think)[:n]
+        tokens = simulated_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)
+        tokens = thoughts + tokens[: n - len(thoughts)]
         prompt_tokens = count_prompt_tokens(req.messages)
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(tokens[len(thoughts) :]), "refusal": None}
+        if thoughts:
+            message[req.spec.think_field] = "".join(thoughts)
         body = _dumps(
             {
                 "id": "chatcmpl-" + uuid.uuid4().hex[:24],
@@ -514,7 +543,7 @@ class SimulatorApp:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": "".join(tokens), "refusal": None},
+                        "message": message,
                         "logprobs": None,
                         "finish_reason": finish_reason,
                     }

@@ -50,6 +50,7 @@ def running_simulator_app(
     """Like :func:`running_simulator`, also yielding the app (for its ``stats``/``active_requests``)."""
     sim_config = dataclasses.replace(config or SimConfig(), **overrides)
     app = SimulatorApp(sim_config)
+    app.record = True  # app.recorded: the requests it got, for the tests to read
     sock = bind_socket(host, 0)
     port: int = sock.getsockname()[1]
     server = build_server(app, host, port, log_config=None)

@@ -73,7 +73,7 @@
     var errors = byId("errors");
     if (!errors) return;
     new MutationObserver(function () {
-      var all = errors.querySelectorAll(".error");
+      var all = errors.querySelectorAll(".error, .notice");
       all.forEach(decorateError);
       for (var i = 0; i < all.length - MAX_ERRORS; i++) all[i].parentNode.removeChild(all[i]);
     }).observe(errors, { childList: true });
@@ -119,6 +119,12 @@
       params.client_id = f.client_id.value;
     }
     pending = { id: String(params.client_id).toLowerCase(), text: text };
+  });
+
+  // A button that asks first (Delete): nothing is sent unless the reader agrees.
+  doc.addEventListener("htmx:wsConfigSend", function (e) {
+    var ask = e.target.getAttribute && e.target.getAttribute("data-confirm");
+    if (ask && !window.confirm(ask)) e.preventDefault();
   });
 
   // @ completion: a listbox of the room's assistants under the caret's @word.
@@ -189,12 +195,56 @@
       if (f.text.value.trim()) f.requestSubmit();
     }
   }
+  // Typing (docs/wire.md, "typing"): at most one notice every 2 s while the member types;
+  // the others' notices clear after 4 s, or when that member's message arrives.
+  var sock = null, typedAt = 0, typingTimers = {};
+  function typed() {
+    var now = Date.now(), f = form();
+    if (!sock || !f || !f.text.value.trim() || now - typedAt < 2000) return;
+    typedAt = now;
+    sock.send(JSON.stringify({ action: "typing" }), null);
+  }
+  function clearTyping(user) {
+    var box = byId("typing");
+    if (!box) return;
+    box.querySelectorAll(".typing-who").forEach(function (s) {
+      if (s.getAttribute("data-user") === user) s.parentNode.removeChild(s);
+    });
+    clearTimeout(typingTimers[user]);
+    delete typingTimers[user];
+  }
+  function watchTyping() {
+    var box = byId("typing");
+    if (!box) return;
+    new MutationObserver(function (changes) {
+      changes.forEach(function (c) {
+        Array.prototype.forEach.call(c.addedNodes, function (s) {
+          if (!s.getAttribute || !s.classList.contains("typing-who")) return;
+          var user = s.getAttribute("data-user");
+          box.querySelectorAll(".typing-who").forEach(function (old) {
+            if (old !== s && old.getAttribute("data-user") === user) old.parentNode.removeChild(old);
+          });
+          clearTimeout(typingTimers[user]);
+          typingTimers[user] = setTimeout(function () { clearTyping(user); }, 4000);
+        });
+      });
+    }).observe(box, { childList: true });
+  }
+  function typingDone(text) {
+    // A member's message arrived: their notice goes (a reply's article is not theirs).
+    Object.keys(typingTimers).forEach(function (user) {
+      var at = text.indexOf('data-author="' + user.replace(/&/g, "&amp;").replace(/"/g, "&quot;") + '"');
+      if (at === -1) return;
+      var start = text.lastIndexOf("<article", at), role = text.indexOf('data-role="user"', start);
+      if (start !== -1 && role !== -1 && role < at) clearTyping(user);
+    });
+  }
   function setUpComposer() {
     var f = form(), list = byId("mentions");
     if (!f) return; // staff viewing read-only: no box
     f.client_id.value = uuid4();
     f.text.addEventListener("keydown", onKey);
-    f.text.addEventListener("input", function () { updateCounter(); updateMentions(); });
+    f.text.addEventListener("input", function () { updateCounter(); updateMentions(); typed(); });
     f.text.addEventListener("click", updateMentions);
     f.text.addEventListener("blur", closeMentions);
     if (list) {
@@ -211,9 +261,29 @@
   // --- what changed since the last frame ----------------------------------------------------------
   var statuses = new Map(), scanned = false;
   function name(article) { return article.getAttribute("data-author") || "An assistant"; }
+  // A shared personal reply arrives appended (docs/wire.md, "share"): its recipient's own
+  // copy is replaced where it stands, and every page puts it at its seq among the others.
+  function placeBySeq(list) {
+    var seen = {};
+    list.querySelectorAll(":scope > article[data-seq]").forEach(function (a) {
+      var first = seen[a.id];
+      if (first && first !== a) { first.replaceWith(a); }
+      seen[a.id] = a;
+    });
+    var last = -1;
+    list.querySelectorAll(":scope > article[data-seq]").forEach(function (a) {
+      var seq = Number(a.getAttribute("data-seq"));
+      if (seq >= last) { last = seq; return; }
+      var after = Array.prototype.find.call(list.querySelectorAll(":scope > article[data-seq]"), function (b) {
+        return Number(b.getAttribute("data-seq")) > seq;
+      });
+      if (after && after !== a) list.insertBefore(a, after);
+    });
+  }
   function scan() {
     var list = byId("messages");
     if (!list) return;
+    placeBySeq(list);
     var said = [];
     streaming = [];
     list.querySelectorAll("article[data-role=assistant]").forEach(function (a) {
@@ -282,6 +352,7 @@
   doc.addEventListener("htmx:wsAfterMessage", function (e) {
     var text = e.detail && e.detail.message;
     if (typeof text !== "string" || text.indexOf("<article") !== -1 || text.indexOf('id="messages"') !== -1) dirty.structure = true;
+    if (typeof text === "string" && text.indexOf("<article") !== -1) typingDone(text);
     dirty.text = true;
     schedule();
   });
@@ -325,7 +396,7 @@
         navigator.clipboard.writeText(text).then(function () { copied(t); }, function () { copyByHand(t, pre); });
       } else copyByHand(t, pre);
     } else if (t.classList.contains("dismiss")) {
-      dropError(t.closest(".error"));
+      dropError(t.closest(".error, .notice"));
       var f = form();
       if (f) f.text.focus();
     } else if (t.id === "side-toggle") {
@@ -344,12 +415,14 @@
       return Math.min(500 * Math.pow(2, retries), 8000) * (0.5 + Math.random() / 2);
     };
   }
-  doc.addEventListener("htmx:wsOpen", function () {
+  doc.addEventListener("htmx:wsOpen", function (e) {
+    sock = e.detail && e.detail.socketWrapper;
     setConn("live", "ok");
     var errors = byId("errors");
     if (errors) errors.textContent = "";
   });
   doc.addEventListener("htmx:wsClose", function (e) {
+    sock = null;
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
     if (code === 4408 || code === 4503) {
       // 4408: this page fell too far behind the room; 4503: the server could not resync it.
@@ -370,6 +443,7 @@
     var list = byId("messages");
     if (!list) return;
     watchErrors();
+    watchTyping();
     setUpComposer();
     scan();
     streaming.forEach(renderLive);

@@ -87,6 +87,11 @@
     for (; s.nodes < nodes.length; s.nodes++) s.text += nodes[s.nodes].textContent;
     if (s.text.length === s.shown) return false;
     s.shown = s.text.length;
+    if (s.text && !s.folded) { // the answer has started: fold its thinking (a click opens it again)
+      s.folded = true;
+      var thinking = s.article.querySelector("details.thinking");
+      if (thinking) thinking.open = false;
+    }
     // Blocks before the last one are done; parse again from the last one's start.
     var keep = Math.max(0, s.blocks.length - 1);
     var from = s.blocks.length ? s.blocks[keep].start : 0;

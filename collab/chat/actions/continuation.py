@@ -22,8 +22,9 @@ from django.db import transaction
 from collab.chat import broadcast, rendering, shared
 from collab.chat.actions import budgets
 from collab.chat.actions.providers import deployment_slots
-from collab.chat.actions.replies import RoomSink, _reply_in_room, reply_jobs
+from collab.chat.actions.replies import _reply_in_room, reply_jobs
 from collab.chat.actions.rooms import check_open, take_post_token
+from collab.chat.actions.sink import RoomSink
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.generation import Outcome, ReplyJob, registry

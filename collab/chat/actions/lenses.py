@@ -117,7 +117,7 @@ async def share(user_id: int, room_id: int, message_id: object) -> None:
     recipient's own copy is replaced in place).
 
     A reply whose outcome is stored but whose final article may not have been sent yet
-    still holds its live record (actions.replies.RoomSink.finish ends it after the
+    still holds its live record (actions.sink.RoomSink.finish ends it after the
     final): refused as still streaming, so that no late `final` marks it personal again."""
     message = await database_sync_to_async(_shareable)(user_id, room_id, message_id)
     if await shared.backend().leased([message.pk]):

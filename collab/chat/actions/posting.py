@@ -16,8 +16,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from collab.chat import metrics, rendering
-from collab.chat.actions import replies, rooms
+from collab.chat import metrics
+from collab.chat.actions import budgets, each, replies, rooms
 from collab.chat.errors import ClientError
 from collab.chat.markup import render_user_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
@@ -33,6 +33,8 @@ class PostResult:
     message: Message
     created: bool
     unknown_mentions: list[str] = field(default_factory=list)
+    # Stored, but the replies it asked for were refused (room.budget): the poster is told.
+    refused: ClientError | None = None
     # The "new" frame, when it could not be broadcast (the layer was away): the poster's
     # own socket shows it; the others converge when the layer is back.
     unsent_frame: str | None = None
@@ -86,7 +88,7 @@ def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str]]:
         found = Membership.objects.filter(named, room=room).values_list("user__username", flat=True)
         members = {u.lower() for u in found}
         unknown = [n for n in unknown if n not in members]
-    if not names and room.reply_to_all:
+    if not invoked and room.reply_to_all:  # mentioning a person never switches the assistants off
         invoked = {a.id: a for a in assistants}
     cap = settings.COLLAB["MAX_CONCURRENT_REPLIES_PER_MESSAGE"]
     return list(invoked.values())[:cap], unknown
@@ -107,7 +109,16 @@ def store_post(
             room = Room.objects.get(pk=room_id)
             rooms.check_open(room)
             assistants, unknown = _invoked(room, text)
-            seq = rooms.allocate_seqs(room_id, 1 + len(assistants), open_only=True)
+            personal = each.plan(room, text, assistants, mentions(text))  # `/each` (actions/each.py)
+            if personal is not None:
+                assistants = personal.assistants
+            refused = None
+            if assistants:  # a spent budget: the message is stored, no reply starts (docs/wire.md)
+                try:
+                    budgets.check(room)
+                except ClientError as exc:
+                    assistants, refused = [], exc
+            seq = rooms.allocate_seqs(room_id, 1 + len(assistants) * each.readers(personal), open_only=True)
             message = Message.objects.create(
                 room=room,
                 seq=seq,
@@ -118,7 +129,7 @@ def store_post(
                 text=text,
                 html=render_user_markdown(text) if html is None else html,
             )
-            placeholders = replies.create_placeholders(room, message, assistants, seq + 1)
+            placeholders = each.create(room, message, assistants, personal, seq + 1)
             jobs = replies.reply_jobs(room, placeholders, message)
     except IntegrityError:
         # The same client_id posted concurrently: the other one won; this is a repeat.
@@ -126,7 +137,7 @@ def store_post(
         if client_id is None or existing is None:
             raise
         return PostResult(existing, created=False), [], []
-    return PostResult(message, created=True, unknown_mentions=unknown), placeholders, jobs
+    return PostResult(message, created=True, unknown_mentions=unknown, refused=refused), placeholders, jobs
 
 
 async def post_message(user_id: int, room_id: int, text: object, client_id: object = None) -> PostResult:
@@ -138,20 +149,12 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     result, placeholders, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
     if result.created:
         metrics.POSTS.inc()
-        html = rendering.frame_new([result.message, *placeholders])
+        frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient
+        html = frames[0]["html"]
         try:
-            await replies.start_and_announce(
-                jobs,
-                room_id,
-                {
-                    "type": "room.frame",
-                    "kind": "new",
-                    "msg": result.message.id,
-                    "replies": [p.id for p in placeholders],
-                    "html": html,
-                },
-            )
+            await replies.start_and_announce(jobs, room_id, *frames)
         except Exception:  # stored, and its replies run: never "try again" (a retry would post it twice)
             log.warning("post %s stored but not announced", result.message.id, exc_info=True)
             result.unsent_frame = html
+        await each.tell_started(result.message, placeholders)
     return result

@@ -191,12 +191,20 @@ def reset_invite(room: Room) -> None:
     room.save(update_fields=["invite_token"])
 
 
-def update_room(room: Room, *, topic: str, reply_to_all: bool, assistant_ids: list[int]) -> None:
+def update_room(
+    room: Room, *, topic: str, reply_to_all: bool, assistant_ids: list[int], system_prompt: str | None = None
+) -> None:
     _, topic = check_room_name(room.name, topic)
+    fields = ["topic", "reply_to_all"]
+    if system_prompt is not None:  # the room's own prompt: every assistant's next reply has it (context.py)
+        if len(system_prompt.strip()) > 4000:
+            raise ClientError("room.prompt_too_long", "A room system prompt is at most 4,000 characters.")
+        room.system_prompt = system_prompt.strip()
+        fields.append("system_prompt")
     with transaction.atomic():
         room.topic = topic
         room.reply_to_all = reply_to_all
-        room.save(update_fields=["topic", "reply_to_all"])
+        room.save(update_fields=fields)
         room.assistants.set(Assistant.objects.filter(pk__in=assistant_ids))
 
 

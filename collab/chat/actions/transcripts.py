@@ -41,6 +41,8 @@ FIELDS = (
     "cost",
     "error",
     "text",
+    "reasoning",
+    "finish_reason",
 )
 
 
@@ -65,6 +67,8 @@ def record_of(row: dict[str, Any]) -> dict[str, object]:
         "cost": str(row["cost"]) if row["cost"] is not None else None,
         "error": row["error"] or None,
         "text": row["text"],
+        "reasoning": row["reasoning"] or None,  # a reasoning model's thinking, apart from the text
+        "finish_reason": row["finish_reason"] or None,  # "length": cut off at the token limit
     }
 
 
@@ -89,7 +93,11 @@ def markdown_message(record: dict[str, object]) -> str:
         status = "streaming: the text so far"
     head = f"### #{record['seq']} {who} · {record['role']}, {status} · {record['time']}"
     body = str(record["text"]) or "_(no text)_"
+    if record.get("reasoning"):  # the thinking, folded, before the answer
+        body = f"<details><summary>Thinking</summary>\n\n{record['reasoning']}\n\n</details>\n\n{body}"
     tail = f"\n\n> error: {record['error']}" if record["error"] else ""
+    if record.get("finish_reason") == "length":
+        tail += "\n\n> cut off at the token limit"
     return f"{head}\n\n{body}{tail}\n\n"
 
 

@@ -40,7 +40,7 @@ from django.urls import URLPattern, reverse
 from django.utils import timezone
 
 from collab.chat import shared
-from collab.chat.actions import moderation, transcripts
+from collab.chat.actions import budgets, moderation, transcripts
 from collab.chat.admin.members import MembershipInline
 from collab.chat.admin.providers import staff_actor
 from collab.chat.errors import ClientError
@@ -207,6 +207,8 @@ class RoomAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Room, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
+        if change and {"budget_tokens", "budget_cost"} & set(form.changed_data):  # audited, shown live
+            budgets.staff_changed(staff_actor(request), obj, form.initial)
         if not change:  # a room added here has its owner as a member, as one created on the site
             Membership.objects.get_or_create(room=obj, user=obj.owner, defaults={"role": Membership.Role.OWNER})
 

@@ -32,12 +32,14 @@ class LiveView:
 
     `text` is every piece flushed so far, in order (pieces that follow start at
     len(text)); `ended` once its owner has stored the final article; `state` is the
-    label shown while it waits ("queued (2 ahead)") or writes.
+    label shown while it waits ("queued (2 ahead)") or writes; `thinking` is a reasoning
+    model's thinking so far, a text of its own with offsets of its own.
     """
 
     text: str
     state: str = ""
     ended: bool = False
+    thinking: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,22 +60,25 @@ class SharedState(ABC):
         """Before a reply is announced: its (empty) text, and its owner's lease."""
 
     @abstractmethod
-    async def append(self, reply_id: int, text: str, at_bytes: int) -> None:
+    async def append(self, reply_id: int, text: str, at_bytes: int, thinking: bool = False) -> None:
         """A flushed piece, before it is broadcast: a member that reads the text after
         joining the room's group gets every piece either here or from the group.
         `at_bytes`: where it starts in the text's UTF-8; a text of another length is not
-        the owner's (StateLost), one that already ends with the piece takes it once."""
+        the owner's (StateLost), one that already ends with the piece takes it once.
+        `thinking`: a piece of the reply's thinking, appended to that text instead."""
 
-    async def append_and_publish(self, reply_id: int, text: str, at_bytes: int, channel: str, payload: bytes) -> bool:
+    async def append_and_publish(
+        self, reply_id: int, text: str, at_bytes: int, channel: str, payload: bytes, thinking: bool = False
+    ) -> bool:
         """`append`, then PUBLISH `payload` on `channel`, in one step where the backend can
         (one Redis round trip); False when it cannot, and the caller publishes itself.
         Raises ReplyEnded if another process has ended the reply meanwhile."""
         return False
 
     @abstractmethod
-    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str) -> None:
+    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str, thinking: str = "") -> None:
         """The owner puts back a live reply's record (and its lease) after the shared state
-        lost it: its whole text so far, and its label."""
+        lost it: its whole text (and thinking) so far, and its label."""
 
     @abstractmethod
     async def set_state(self, reply_id: int, state: str) -> None: ...

@@ -29,6 +29,7 @@ class _Live:
     parts: list[str] = field(default_factory=list)
     state: str = ""
     ended: bool = False
+    thinking: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -51,23 +52,23 @@ class MemoryState(SharedState):
     async def begin(self, reply_id: int, room_id: int, owner: str) -> None:
         self._live[reply_id] = _Live()
 
-    async def append(self, reply_id: int, text: str, at_bytes: int) -> None:
+    async def append(self, reply_id: int, text: str, at_bytes: int, thinking: bool = False) -> None:
         live = self._live.get(reply_id)
         if live is not None and live.ended:
             raise ReplyEnded(reply_id)
         if live is not None:
-            live.parts.append(text)
+            (live.thinking if thinking else live.parts).append(text)
 
     async def set_state(self, reply_id: int, state: str) -> None:
         live = self._live.get(reply_id)
         if live is not None:
             live.state = state
 
-    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str) -> None:
+    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str, thinking: str = "") -> None:
         live = self._live.get(reply_id)
         if live is not None and live.ended:
             raise ReplyEnded(reply_id)
-        self._live[reply_id] = _Live([text], state)
+        self._live[reply_id] = _Live([text], state, thinking=[thinking])
 
     async def uptime_s(self) -> float:
         # This process is the whole deployment: no other owner can be missing a lease.
@@ -80,14 +81,16 @@ class MemoryState(SharedState):
             live.ended = True
             self._ended.append((time.monotonic(), reply_id))
         while self._ended and self._ended[0][0] < time.monotonic() - KEEP_ENDED_S:
-            self._live.pop(self._ended.popleft()[1], None)
+            old = self._ended.popleft()[1]
+            if self._live.get(old, _Live(ended=True)).ended:  # not one begun again since (continue)
+                self._live.pop(old, None)
 
     async def read(self, reply_ids: Sequence[int]) -> dict[int, LiveView]:
         out = {}
         for i in reply_ids:
             live = self._live.get(i)
             if live is not None:
-                out[i] = LiveView("".join(live.parts), live.state, live.ended)
+                out[i] = LiveView("".join(live.parts), live.state, live.ended, "".join(live.thinking))
         return out
 
     async def renew_leases(self, reply_ids: Iterable[int]) -> None:

@@ -4,6 +4,7 @@ Keys, under the prefix (`COLLAB_REDIS_PREFIX`, default `collab:`):
 
     r:{id}          hash   a live reply: room, owner, state, ended
     r:{id}:t        string its text so far (APPEND per flushed piece, read whole)
+    r:{id}:k        string its thinking so far (a reasoning model's; the same way)
     leases          zset   reply id -> lease deadline (Redis clock); the owner renews it
     rate:{key}      hash   a posting token bucket
     pr:{room}       zset   "user:socket" -> presence deadline
@@ -107,28 +108,32 @@ class RedisState(SharedState):
         key = self._r(reply_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(key + ":t", "", ex=KEEP_LIVE_S)
+            pipe.set(key + ":k", "", ex=KEEP_LIVE_S)
             pipe.delete(key)  # a new reply: nothing of an earlier one with this id (a fresh database) is kept
             pipe.hset(key, mapping={"room": room_id, "owner": owner, "state": ""})
             pipe.expire(key, KEEP_LIVE_S)
             await self._lease(keys=[self.p + "leases"], args=[LEASE_TTL_S, reply_id], client=pipe)
             await pipe.execute()
 
-    async def append(self, reply_id: int, text: str, at_bytes: int) -> None:
-        await self.append_and_publish(reply_id, text, at_bytes, "", b"")
+    async def append(self, reply_id: int, text: str, at_bytes: int, thinking: bool = False) -> None:
+        await self.append_and_publish(reply_id, text, at_bytes, "", b"", thinking)
 
-    async def append_and_publish(self, reply_id: int, text: str, at_bytes: int, channel: str, payload: bytes) -> bool:
+    async def append_and_publish(
+        self, reply_id: int, text: str, at_bytes: int, channel: str, payload: bytes, thinking: bool = False
+    ) -> bool:
         key = self._r(reply_id)
-        done = int(await self._append_publish(keys=[key + ":t", key], args=[text, channel, payload, at_bytes]))
+        keys = [key + (":k" if thinking else ":t"), key]
+        done = int(await self._append_publish(keys=keys, args=[text, channel, payload, at_bytes]))
         if done == -1:
             raise ReplyEnded(reply_id)
         if done == -2:
             raise StateLost(reply_id)
         return True
 
-    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str) -> None:
+    async def restore(self, reply_id: int, room_id: int, owner: str, text: str, state: str, thinking: str = "") -> None:
         key = self._r(reply_id)
-        args: list[str | int | float] = [text, room_id, owner, state, KEEP_LIVE_S, LEASE_TTL_S, reply_id]
-        if int(await self._restore(keys=[key + ":t", key, self.p + "leases"], args=args)) < 0:
+        args: list[str | int | float] = [text, room_id, owner, state, KEEP_LIVE_S, LEASE_TTL_S, reply_id, thinking]
+        if int(await self._restore(keys=[key + ":t", key, self.p + "leases", key + ":k"], args=args)) < 0:
             raise ReplyEnded(reply_id)
 
     async def uptime_s(self) -> float:
@@ -145,6 +150,7 @@ class RedisState(SharedState):
             pipe.hset(key, "ended", 1)
             pipe.expire(key, int(KEEP_ENDED_S))
             pipe.expire(key + ":t", int(KEEP_ENDED_S))
+            pipe.expire(key + ":k", int(KEEP_ENDED_S))
             await pipe.execute()
 
     async def read(self, reply_ids: Sequence[int]) -> dict[int, LiveView]:
@@ -154,12 +160,13 @@ class RedisState(SharedState):
             for i in reply_ids:
                 pipe.hmget(self._r(i), "state", "ended")
                 pipe.get(self._r(i) + ":t")
+                pipe.get(self._r(i) + ":k")
             rows = await pipe.execute()
         out = {}
         for n, i in enumerate(reply_ids):
-            (state, ended), text = rows[2 * n], rows[2 * n + 1]
+            (state, ended), text, thinking = rows[3 * n], rows[3 * n + 1], rows[3 * n + 2]
             if text is not None:
-                out[i] = LiveView(_decode(text), _decode(state), bool(ended))
+                out[i] = LiveView(_decode(text), _decode(state), bool(ended), _decode(thinking))
         return out
 
     async def renew_leases(self, reply_ids: Iterable[int]) -> None:

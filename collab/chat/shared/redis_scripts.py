@@ -56,14 +56,15 @@ redis.call('APPEND', KEYS[1], ARGV[1])
 if ARGV[2] == '' then return 0 end
 return redis.call('PUBLISH', ARGV[2], ARGV[3])"""
 
-# KEYS[1] text, KEYS[2] hash, KEYS[3] leases; ARGV text, room, owner, state, keep_s, lease_s,
-# reply: the owner puts a live reply's record back whole; -1, and nothing done, if another
-# process has ended it meanwhile (a reply is never brought back to life).
+# KEYS[1] text, KEYS[2] hash, KEYS[3] leases, KEYS[4] thinking; ARGV text, room, owner, state,
+# keep_s, lease_s, reply, thinking: the owner puts a live reply's record back whole; -1, and
+# nothing done, if another process has ended it meanwhile (a reply is never brought back to life).
 RESTORE = (
     NOW
     + """
 if redis.call('HEXISTS', KEYS[2], 'ended') == 1 then return -1 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[5])
+redis.call('SET', KEYS[4], ARGV[8], 'EX', ARGV[5])
 redis.call('HSET', KEYS[2], 'room', ARGV[2], 'owner', ARGV[3], 'state', ARGV[4])
 redis.call('EXPIRE', KEYS[2], ARGV[5])
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), ARGV[7])
