@@ -195,56 +195,13 @@
       if (f.text.value.trim()) f.requestSubmit();
     }
   }
-  // Typing (docs/wire.md, "typing"): at most one notice every 2 s while the member types;
-  // the others' notices clear after 4 s, or when that member's message arrives.
-  var sock = null, typedAt = 0, typingTimers = {};
-  function typed() {
-    var now = Date.now(), f = form();
-    if (!sock || !f || !f.text.value.trim() || now - typedAt < 2000) return;
-    typedAt = now;
-    sock.send(JSON.stringify({ action: "typing" }), null);
-  }
-  function clearTyping(user) {
-    var box = byId("typing");
-    if (!box) return;
-    box.querySelectorAll(".typing-who").forEach(function (s) {
-      if (s.getAttribute("data-user") === user) s.parentNode.removeChild(s);
-    });
-    clearTimeout(typingTimers[user]);
-    delete typingTimers[user];
-  }
-  function watchTyping() {
-    var box = byId("typing");
-    if (!box) return;
-    new MutationObserver(function (changes) {
-      changes.forEach(function (c) {
-        Array.prototype.forEach.call(c.addedNodes, function (s) {
-          if (!s.getAttribute || !s.classList.contains("typing-who")) return;
-          var user = s.getAttribute("data-user");
-          box.querySelectorAll(".typing-who").forEach(function (old) {
-            if (old !== s && old.getAttribute("data-user") === user) old.parentNode.removeChild(old);
-          });
-          clearTimeout(typingTimers[user]);
-          typingTimers[user] = setTimeout(function () { clearTyping(user); }, 4000);
-        });
-      });
-    }).observe(box, { childList: true });
-  }
-  function typingDone(text) {
-    // A member's message arrived: their notice goes (a reply's article is not theirs).
-    Object.keys(typingTimers).forEach(function (user) {
-      var at = text.indexOf('data-author="' + user.replace(/&/g, "&amp;").replace(/"/g, "&quot;") + '"');
-      if (at === -1) return;
-      var start = text.lastIndexOf("<article", at), role = text.indexOf('data-role="user"', start);
-      if (start !== -1 && role !== -1 && role < at) clearTyping(user);
-    });
-  }
+  var sock = null, typing = window.collabTyping;
   function setUpComposer() {
     var f = form(), list = byId("mentions");
     if (!f) return; // staff viewing read-only: no box
     f.client_id.value = uuid4();
     f.text.addEventListener("keydown", onKey);
-    f.text.addEventListener("input", function () { updateCounter(); updateMentions(); typed(); });
+    f.text.addEventListener("input", function () { updateCounter(); updateMentions(); if (f.text.value.trim()) typing.typed(sock); });
     f.text.addEventListener("click", updateMentions);
     f.text.addEventListener("blur", closeMentions);
     if (list) {
@@ -352,7 +309,7 @@
   doc.addEventListener("htmx:wsAfterMessage", function (e) {
     var text = e.detail && e.detail.message;
     if (typeof text !== "string" || text.indexOf("<article") !== -1 || text.indexOf('id="messages"') !== -1) dirty.structure = true;
-    if (typeof text === "string" && text.indexOf("<article") !== -1) typingDone(text);
+    if (typeof text === "string" && text.indexOf("<article") !== -1) typing.done(text);
     dirty.text = true;
     schedule();
   });
@@ -443,7 +400,7 @@
     var list = byId("messages");
     if (!list) return;
     watchErrors();
-    watchTyping();
+    typing.watch();
     setUpComposer();
     scan();
     streaming.forEach(renderLive);
