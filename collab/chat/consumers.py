@@ -19,6 +19,7 @@ from collab.chat.actions import (
     continuation,
     editing,
     lenses,
+    merging,
     moderation,
     posting,
     presence,
@@ -26,6 +27,7 @@ from collab.chat.actions import (
     rooms,
     sessions,
     snapshot,
+    votes,
 )
 from collab.chat.errors import ClientError
 from collab.chat.events import (
@@ -331,6 +333,10 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await editing.edit_message(self.user_id, self.room_id, content.get("message_id"), content.get("text"))
         elif action == "delete":
             await editing.delete_message(self.user_id, self.room_id, content.get("message_id"))
+        elif action == "vote":
+            await votes.vote(self.user_id, self.room_id, content.get("message_id"), content.get("value"))
+        elif action == "merge":
+            await merging.merge(self.user_id, self.room_id, content.get("message_id"), content.get("assistant"))
         elif action in moderation.SOCKET_ACTIONS:
             await database_sync_to_async(moderation.from_socket)(
                 self.user_id, self.room_id, action, content, self._address()

@@ -21,6 +21,8 @@ ACTIONS = (
     "share",
     "edit",
     "delete",
+    "vote",
+    "merge",
     "kick",
     "ban",
     "unban",

@@ -169,6 +169,23 @@ class Room(models.Model):
         help_text="US dollars a month; blank: no limit.",
     )
 
+    class Voters(models.TextChoices):
+        MEMBERS = "members", "every member"
+        MODERATORS = "moderators", "moderators and the owner only"
+
+    class Approval(models.TextChoices):
+        VOTERS = "voters", "a majority of those who voted (more up than down, at least one up)"
+        ONLINE = "online", "a majority of the members online when the vote is counted"
+
+    # Votes on assistants' replies (docs/wire.md, "vote"): who may vote, what approves.
+    voters = models.CharField("who may vote", max_length=12, choices=Voters.choices, default=Voters.MEMBERS)
+    approval = models.CharField("approval rule", max_length=12, choices=Approval.choices, default=Approval.VOTERS)
+    rejected_left_out = models.BooleanField(
+        "leave rejected replies out of history",
+        default=True,
+        help_text="Assistants do not see replies the room voted down.",
+    )
+
     class Meta:
         ordering = ["name"]
 
@@ -320,6 +337,11 @@ class Message(models.Model):
     finish_reason = models.CharField(max_length=20, blank=True)
     edited_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)  # a tombstone: text and html emptied
+    # Votes on an assistant's reply, counted from Vote rows in the same transaction as each vote.
+    votes_up = models.PositiveIntegerField(default=0)
+    votes_down = models.PositiveIntegerField(default=0)
+    # A merge (docs/wire.md, "merge"): the ids of the approved replies it combines, in order.
+    merge_of = models.JSONField(default=list, blank=True)
 
     objects = MessageQuerySet.as_manager()
 
@@ -337,3 +359,24 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.room.slug}#{self.seq} {self.author_name}"
+
+
+class Vote(models.Model):
+    """One member's vote on one assistant reply; a new vote replaces it, "none" deletes it."""
+
+    class Value(models.TextChoices):
+        UP = "up"
+        DOWN = "down"
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="votes")
+    voter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="votes")
+    # Kept as written, like Message.author_name: the export and the admin read it after a rename.
+    voter_name = models.CharField(max_length=150)
+    value = models.CharField(max_length=4, choices=Value.choices)
+    at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["message", "voter"], name="one_vote_per_member")]
+
+    def __str__(self) -> str:
+        return f"{self.voter_name} {self.value} on {self.message_id}"
