@@ -65,11 +65,14 @@ def approved_replies(answered: Message) -> list[Message]:
     )
 
 
+STEER_FIELDS = ("reply_to_id", "verdict", "votes_up", "votes_down")  # what `steer` reads
+
+
 def steer(room: Room, history: list[Message]) -> list[Message]:
     """The history an assistant is sent, as the room's votes steer it: rejected replies
     out (when Room.rejected_left_out), and among the parallel answers to one message,
     the unvoted ones out once any sibling is approved. `history` needs each message's
-    role, reply_to_id, verdict, votes_up and votes_down."""
+    role and STEER_FIELDS."""
     approved_to = {m.reply_to_id for m in history if m.role == Message.Role.ASSISTANT and m.verdict == APPROVED}
     kept = []
     for m in history:
