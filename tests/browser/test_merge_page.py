@@ -1,0 +1,45 @@
+"""Merge in a real browser (docs/wire.md, "merge"): a question's Merge button shows once
+two of its replies are approved (by votes cast with the page's buttons), and a click
+streams a merge to every member's page, with `data-merge-of` and a "merged from" mark
+linking the answers it drew from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import finished, open_room, send
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(120)]
+
+
+def test_the_merge_button_shows_once_two_replies_are_approved_and_merges_for_everyone(chromium: Any, site: Any) -> None:
+    alice = open_room(chromium, site, "alice")
+    bob = open_room(chromium, site, "bob")
+    send(alice, "@a @b which fruit for the party?")
+    finished(alice, 2)
+    question = alice.locator("article[data-role=user]").last
+    qid = question.get_attribute("id").removeprefix("msg-")  # type: ignore[union-attr]
+    merge = question.locator(".act.merge")
+    replies = alice.locator(f"article[data-reply-to='{qid}']")
+    assert replies.count() == 2
+    assert not merge.is_visible()  # no reply approved yet
+    ids = [replies.nth(i).get_attribute("id").removeprefix("msg-") for i in range(2)]  # type: ignore[union-attr]
+    alice.locator(f"#msg-{ids[0]}-votes .act.vote.up").click()
+    alice.wait_for_selector(f"#msg-{ids[0]}-votes[data-verdict=approved]")
+    assert not merge.is_visible()  # one approved: not enough
+    alice.locator(f"#msg-{ids[1]}-votes .act.vote.up").click()
+    alice.wait_for_selector(f"#msg-{ids[1]}-votes[data-verdict=approved]")
+    merge.wait_for(state="visible")
+    merge.click()
+    sources = ",".join(ids)
+    for page in (alice, bob):
+        merged = page.locator(f"article[data-merge-of='{sources}']")
+        merged.wait_for()
+        page.wait_for_selector(f"article[data-merge-of='{sources}']:not([data-status=streaming])")
+        mark = merged.locator(".merged-from")
+        assert mark.inner_text() == f"merged from #{ids[0]}, #{ids[1]}"
+        assert [mark.locator("a").nth(i).get_attribute("href") for i in range(2)] == [f"#msg-{i}" for i in ids]
+        assert merged.get_attribute("data-reply-to") == qid
+    assert alice.locator("#errors .error").count() == 0
