@@ -133,7 +133,7 @@ async def test_a_vote_is_counted_once_per_member_and_a_change_replaces_it(world:
         frame = bar_of(alice, reply.id) or ""
         assert 'data-down-by="bob"' in frame and 'data-up-by=""' in frame  # the pressed state (room.html CSS)
         assert 'title="down: bob"' in frame and 'data-verdict="rejected"' in frame
-        assert 'hx-swap-oob="true"' in frame and 'class="reopen"' in frame
+        assert 'hx-swap-oob="true"' in frame and 'class="link reopen"' in frame
 
 
 async def test_the_room_page_marks_verdicts_and_folds_rejected_replies(world: World) -> None:
@@ -354,3 +354,16 @@ async def test_the_admin_lists_votes_per_room(world: World) -> None:
     assert change == 403 and (await Vote.objects.aget()).value == "up"  # read-only
     room_form = await get(staff, reverse("admin:chat_room_change", args=[world.room.pk]))
     assert 'name="voters"' in room_form and 'name="approval"' in room_form and 'name="rejected_left_out"' in room_form
+
+
+async def test_a_flood_of_votes_is_capped_and_the_counts_stay_true(world: World) -> None:
+    async with member(world.bob) as bob:
+        (reply,) = await ask(bob, "@a flood?", 1)
+        for i in range(25):  # well past the burst, faster than the refill
+            await bob.send(action="vote", message_id=reply.id, value="up" if i % 2 else "down")
+        await bob.until(lambda f: any(code == "rate.limited" for code, _ in f.errors))
+        while not await bob.comm.receive_nothing(timeout=0.5):  # the rest of the answers
+            await bob.pump()
+    up, down, _, rows = await state(reply.id)
+    assert rows == 1 and up + down == 1  # one vote, whatever the last one taken was
+    assert all(code == "rate.limited" for code, _ in bob.frames.errors)

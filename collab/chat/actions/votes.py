@@ -35,6 +35,9 @@ from collab.chat.models import Membership, Message, Room, Vote
 APPROVED = "approved"
 REJECTED = "rejected"
 VALUES = ("up", "down", "none")
+# Votes per member and room, across every process (a token bucket in the shared state):
+# a burst of VOTE_BURST, then one every VOTE_EVERY_S; more: rate.limited, nothing changed.
+VOTE_BURST, VOTE_EVERY_S = 10.0, 0.5
 _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII digits only (as actions/replies.py)
 _bar = get_template("chat/_votes.html")
 
@@ -155,10 +158,15 @@ def _store(user_id: int, room_id: int, message_id: object, value: object, online
 async def vote(user_id: int, room_id: int, message_id: object, value: object) -> None:
     """One member's vote on one reply (docs/wire.md, "vote"); the new counts to everyone
     who sees the reply, on every process."""
-    try:
+    try:  # the cap first: a flood costs a shared-state call per frame, never a database query
+        taken = await shared.backend().take(f"vote:{user_id}:{room_id}", VOTE_BURST, VOTE_EVERY_S)
         online = await shared.backend().online(room_id)
     except shared.UNAVAILABLE:
-        online = set()  # the "online" rule then counts the voter alone
+        raise ClientError(
+            "server.unavailable", "The server cannot reach its shared state just now; your vote was not counted."
+        ) from None
+    if not taken:
+        raise ClientError("rate.limited", "You are voting too fast; wait a moment.")
     online.add(user_id)
     message = await database_sync_to_async(_store)(user_id, room_id, message_id, value, online)
     frame: RoomFrame = {"type": "room.frame", "kind": "other", "html": bar(message, oob=True)}
