@@ -21,7 +21,7 @@ from django.urls import reverse
 
 from collab.chat.generation import registry
 from collab.chat.models import Membership, Message, Room, Vote
-from tests.conftest import Member, World, all_final, member, stalling
+from tests.conftest import Member, World, all_final, connected, member, stalling
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -253,12 +253,27 @@ async def test_a_reply_of_another_room_does_not_exist_here(world: World) -> None
     assert await Vote.objects.acount() == 0
 
 
-async def test_no_votes_in_a_locked_room(world: World) -> None:
+async def test_a_vote_from_staff_viewing_the_room_is_refused(world: World) -> None:
+    staff = await sync_to_async(User.objects.create_user)("dave", password="pw-dave-123", is_staff=True)
+    async with member(world.alice) as alice:
+        (reply,) = await ask(alice, "@a staff?", 1)
+        async with connected(staff, "lab") as (ok, _code, viewer):
+            assert ok
+            await viewer.until(lambda f: f.snapshots == 1)
+            assert await refused(viewer, action="vote", message_id=reply.id, value="up") == "room.read_only"
+        await alice.assert_silent()
+    assert await state(reply.id) == (0, 0, "", 0)
+
+
+@pytest.mark.parametrize("status", [Room.Status.LOCKED, Room.Status.ARCHIVED])
+async def test_no_votes_in_a_locked_or_archived_room(world: World, status: str) -> None:
     async with member(world.alice) as alice:
         (reply,) = await ask(alice, "@a locked?", 1)
-        await Room.objects.filter(pk=world.room.pk).aupdate(status=Room.Status.LOCKED)
-        assert await refused(alice, action="vote", message_id=reply.id, value="up") == "room.locked"
-    assert await Vote.objects.acount() == 0
+        await voted(alice, reply.id, "up", up=1, down=0)
+        await Room.objects.filter(pk=world.room.pk).aupdate(status=status)
+        for value in ("down", "none"):
+            assert await refused(alice, action="vote", message_id=reply.id, value=value) == f"room.{status}"
+    assert await state(reply.id) == (1, 0, "approved", 1)  # the verdict stands
 
 
 async def test_an_unshared_personal_reply_takes_votes_from_its_recipient_alone(world: World) -> None:
