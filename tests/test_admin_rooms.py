@@ -187,6 +187,7 @@ def test_room_list_filters_and_search(world: World, staff: Client) -> None:
 @memory
 def test_a_room_added_in_the_admin_has_its_owner_as_member(world: World, staff: Client) -> None:
     data = {"name": "New", "slug": "new", "topic": "", "owner": world.bob.pk}
+    data |= {"voters": "members", "approval": "voters", "rejected_left_out": "on"}  # the form's defaults (votes)
     assert staff.post("/admin/chat/room/add/", data).status_code == 302
     room = Room.objects.get(slug="new")
     assert (room.status, list(room.memberships.values_list("user__username", "role"))) == ("open", [("bob", "owner")])

@@ -178,3 +178,62 @@ async def test_continue_is_refused_while_the_reply_streams(cut: World) -> None:
     # Stopped is not cut off: still refused.
     async with member(cut.alice) as alice:
         await refused(alice, "reply.not_cut_off", action="continue", message_id=reply_id)
+
+
+async def test_a_continuation_that_fails_before_a_word_stays_cut_off(cut: World) -> None:
+    """The provider fails the continuation at once: the reply keeps its text, "length" and
+    its Continue button (it can be continued again), rather than ending `failed`."""
+    async with member(cut.alice) as alice:
+        reply_id = await cut_off_reply(cut, alice)
+        before = await database_sync_to_async(snapshot_of)(reply_id)
+        await cut.assistants["a"].__class__.objects.filter(pk=cut.assistants["a"].pk).aupdate(model="sim+500")
+        await alice.send(action="continue", message_id=reply_id)
+        await alice.until(lambda f: len(final_frames(alice, reply_id)) == 3)
+    assert await database_sync_to_async(snapshot_of)(reply_id) == before
+    assert alice.frames.replies[reply_id].final_attrs["data-finish"] == "length"
+
+
+async def test_a_reply_whose_question_was_deleted_is_neither_continued_nor_regenerated(
+    cut: World, sim: tuple[str, Any]
+) -> None:
+    app = sim[1]
+    async with member(cut.alice) as alice:
+        reply_id = await cut_off_reply(cut, alice)
+        question = (await Message.objects.aget(pk=reply_id)).reply_to_id
+        await alice.send(action="delete", message_id=question)
+        await alice.until(lambda f: any('data-deleted="1"' in r for r in alice.raw))
+        requests = len(app.recorded)
+        await refused(alice, "message.deleted", action="continue", message_id=reply_id)
+        await refused(alice, "message.deleted", action="regenerate", message_id=reply_id)
+    assert len(app.recorded) == requests
+    assert await Message.objects.filter(room=cut.room, role="assistant").acount() == 1
+
+
+def test_the_orphan_sweep_counts_a_continued_replys_grace_from_its_restart(world: World) -> None:
+    """A continued reply is old, but began streaming again just now: before its process
+    has leased it, no sweep may take it for an orphan (lifecycle._unleased_candidates)."""
+    from datetime import timedelta
+
+    from collab.chat.lifecycle import _unleased_candidates
+
+    question = Message.objects.create(room=world.room, seq=1, role="user", author=world.alice, author_name="alice")
+    old = timezone.now() - timedelta(minutes=5)
+    reply = Message.objects.create(
+        room=world.room, seq=2, role="assistant", assistant=world.assistants["a"], author_name="A",
+        reply_to=question, status="streaming", text="so far",
+    )  # fmt: skip
+    Message.objects.filter(pk=reply.pk).update(created_at=old)
+    assert reply.pk in _unleased_candidates(15.0)  # an old streaming reply, never restarted: a candidate
+    Message.objects.filter(pk=reply.pk).update(restarted_at=timezone.now())
+    assert reply.pk not in _unleased_candidates(15.0)  # continued just now: within its grace
+    Message.objects.filter(pk=reply.pk).update(restarted_at=old)
+    assert reply.pk in _unleased_candidates(15.0)
+
+
+async def test_continue_marks_when_the_reply_began_again(cut: World) -> None:
+    async with member(cut.alice) as alice:
+        reply_id = await cut_off_reply(cut, alice)
+        assert (await Message.objects.aget(pk=reply_id)).restarted_at is None
+        await alice.send(action="continue", message_id=reply_id)
+        await alice.until(lambda f: len(final_frames(alice, reply_id)) == 3 and final_status(alice, reply_id) == "done")
+    assert (await Message.objects.aget(pk=reply_id)).restarted_at is not None

@@ -204,8 +204,12 @@ async def test_an_unchanged_edit_sends_nothing(world: World) -> None:
     async with member(world.alice) as alice, member(world.bob) as bob:
         msg_id = await _posted(alice, "as it is")
         await bob.until(lambda f: msg_id in f.replies)
+        seen = len(bob.raw)
         await alice.send(action="edit", message_id=msg_id, text="  as it is  ")
-        await bob.assert_silent()
+        # Alice's actions run in order: once her next post reaches bob, the edit was handled.
+        marker = await _posted(alice, "after the edit")
+        await bob.until(lambda f: marker in f.replies)
+        assert not any(f'id="msg-{msg_id}"' in r for r in bob.raw[seen:])
     assert (await amessage(msg_id)).edited_at is None
 
 

@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 from collab.chat.generation import registry
-from collab.chat.models import Membership, Message
+from collab.chat.models import Membership, Message, Room
 from tests.conftest import Member, World, all_final, connected, member, reply_ids, stalling
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("replies_idle")]
@@ -334,6 +334,11 @@ async def test_share_refuses_a_bad_id_a_shared_reply_and_a_streaming_one(world: 
             assert await refused(bob, action="share", message_id=bad) == code
         await bob.send(action="stop", message_id=rid)
         await bob.until(lambda f: all_final(f, 1))
+        # A locked room: sharing publishes, so it waits like a post (nothing changes).
+        await Room.objects.filter(pk=world.room.pk).aupdate(status=Room.Status.LOCKED)
+        assert await refused(bob, action="share", message_id=rid) == "room.locked"
+        assert (await Message.objects.aget(pk=rid)).recipient_id == world.bob.pk
+        await Room.objects.filter(pk=world.room.pk).aupdate(status=Room.Status.OPEN)
         await bob.send(action="share", message_id=rid)
         await alice.until(lambda f: rid in f.replies)
         await bob.send(action="share", message_id=rid)

@@ -17,6 +17,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from collab.chat.actions import budgets
 from collab.chat.models import AuditEntry, Membership, Message, Room
@@ -262,3 +263,18 @@ async def test_staff_raise_the_budget_in_the_admin_audited_and_shown_live(world:
         return list(AuditEntry.objects.values_list("actor_name", "action", "detail"))
 
     assert await database_sync_to_async(audited)() == [("root", "budget", "tokens 1 -> 500000")]
+
+
+def test_a_reply_continued_this_month_counts_this_month(world: World) -> None:
+    """A reply asked last month and continued this month (its row holds both requests'
+    usage) counts now: else continuing old replies would never spend the budget."""
+    set_budget(world, tokens=100)
+    question = Message.objects.create(room=world.room, seq=1, role="user", author=world.alice, text="earlier")
+    reply = Message.objects.create(room=world.room, seq=2, role="assistant", author_name="A", reply_to=question)
+    last_month = budgets.month_start().replace(year=2020)
+    Message.objects.filter(pk__in=[question.pk, reply.pk]).update(created_at=last_month)
+    Message.objects.filter(pk=reply.pk).update(tokens=150, prompt_tokens=0, finished_at=last_month)
+    room = Room.objects.get(pk=world.room.pk)
+    assert budgets.usage(room).used_tokens == 0  # asked and ended last month
+    Message.objects.filter(pk=reply.pk).update(finished_at=timezone.now())
+    assert budgets.usage(room).used_tokens == 150 and budgets.usage(room).spent  # continued this month

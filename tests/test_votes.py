@@ -382,3 +382,17 @@ async def test_a_flood_of_votes_is_capped_and_the_counts_stay_true(world: World)
     up, down, _, rows = await state(reply.id)
     assert rows == 1 and up + down == 1  # one vote, whatever the last one taken was
     assert all(code == "rate.limited" for code, _ in bob.frames.errors)
+
+
+def test_a_merge_stays_in_the_history_though_unvoted() -> None:
+    """Among the answers to one question, unvoted ones go once a sibling is approved; a
+    merge of the approved ones starts unvoted, and is what the room asked for: it stays."""
+    from collab.chat.actions.votes import APPROVED, steer
+
+    question = Message(id=1, seq=1, role="user", text="q")
+    a = Message(id=2, seq=2, role="assistant", reply_to_id=1, verdict=APPROVED, votes_up=1, text="a")
+    b = Message(id=3, seq=3, role="assistant", reply_to_id=1, verdict=APPROVED, votes_up=2, text="b")
+    c = Message(id=4, seq=4, role="assistant", reply_to_id=1, text="c, unvoted")
+    merge = Message(id=5, seq=5, role="assistant", reply_to_id=1, merge_of=[2, 3], text="a and b")
+    kept = steer(Room(rejected_left_out=True), [question, a, b, c, merge])
+    assert [m.id for m in kept] == [1, 2, 3, 5]

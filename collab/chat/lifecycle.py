@@ -36,6 +36,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from collab.chat import shared
@@ -56,7 +57,9 @@ RELEASE_AFTER_RESTART_S = 10.0  # leases are trusted this long after the shared 
 
 def _unleased_candidates(grace_s: float) -> list[int]:
     cutoff = timezone.now() - timedelta(seconds=grace_s)
-    rows = Message.objects.filter(status=Message.Status.STREAMING, created_at__lt=cutoff)
+    # A continued reply is old but began streaming again just now: its grace counts from then.
+    began = Q(restarted_at__isnull=True, created_at__lt=cutoff) | Q(restarted_at__lt=cutoff)
+    rows = Message.objects.filter(began, status=Message.Status.STREAMING)
     return list(rows.values_list("id", flat=True)[:500])
 
 

@@ -319,6 +319,8 @@ class Message(models.Model):
     error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When it last began streaming, if not at creation (a continuation): the orphan sweep's grace counts from here.
+    restarted_at = models.DateTimeField(null=True, blank=True)
     # Reply metrics
     model = models.CharField(max_length=200, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True)
@@ -340,6 +342,10 @@ class Message(models.Model):
     # Votes on an assistant's reply, counted from Vote rows in the same transaction as each vote.
     votes_up = models.PositiveIntegerField(default=0)
     votes_down = models.PositiveIntegerField(default=0)
+    # What the votes decided when last counted (actions/votes.py: "approved", "rejected" or ""),
+    # and who voted what, when (kept with the counts, so pages render them without a query).
+    verdict = models.CharField(max_length=8, blank=True)
+    votes_by = models.JSONField(default=list, blank=True)
     # A merge (docs/wire.md, "merge"): the ids of the approved replies it combines, in order.
     merge_of = models.JSONField(default=list, blank=True)
 

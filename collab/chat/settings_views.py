@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from collab.chat import shared
+from collab.chat import shared, vote_settings
 from collab.chat.actions import budgets, moderation
 from collab.chat.actions import rooms as room_actions
 from collab.chat.errors import ClientError
@@ -43,7 +43,7 @@ class RoomSettingsForm(forms.Form):
 # What the settings page's forms may ask (`op`), and of whom: the moderation actions
 # check again (moderation.may), these decide only what the page offers and answers.
 MODERATOR_OPS = frozenset({"kick", "remove_member", "ban", "unban", "lock", "unlock"})
-OWNER_OPS = frozenset({"settings", "reset_invite", "role"})
+OWNER_OPS = frozenset({"settings", "reset_invite", "role", "votes"})
 
 
 @require_http_methods(["GET", "POST"])
@@ -67,6 +67,11 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
             room_actions.reset_invite(the_room)
             flash.success(request, "The old invite link no longer works.")
             return redirect("room_settings", slug=slug)
+        if op == "votes":  # who may vote, the approval rule, rejected replies (vote_settings.py)
+            saved = vote_settings.post(request, the_room)
+            if isinstance(saved, HttpResponse):
+                return saved
+            return _settings_page(request, membership, status=400, votes_form=saved)
         if op == "settings":
             form = _settings_form(the_room, request.POST)
             if form.is_valid():
@@ -129,7 +134,11 @@ def _moderate(request: HttpRequest, membership: Membership, op: str) -> HttpResp
 
 
 def _settings_page(
-    request: HttpRequest, membership: Membership, form: RoomSettingsForm | None = None, status: int = 200
+    request: HttpRequest,
+    membership: Membership,
+    form: RoomSettingsForm | None = None,
+    status: int = 200,
+    votes_form: vote_settings.VoteSettingsForm | None = None,
 ) -> HttpResponse:
     the_room = membership.room
     is_owner = membership.role == Membership.Role.OWNER
@@ -146,6 +155,7 @@ def _settings_page(
             "bans": Ban.objects.filter(room=the_room).select_related("user", "by").order_by("-created_at"),
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])) if is_owner else "",
             "budget": budgets.usage(the_room) if is_owner else None,
+            "votes_form": (votes_form or vote_settings.form_for(the_room)) if is_owner else None,
         },
         status=status,
     )

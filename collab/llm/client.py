@@ -235,4 +235,4 @@ async def stream_chat(
     if not finished:
         raise LLMError("dropped", "the provider's stream ended before the reply was complete (no finish_reason)")
     if finished != "stop":
-        yield Finish(str(finished))
+        yield Finish(str(finished)[:20])  # Message.finish_reason holds 20 characters

@@ -173,7 +173,7 @@ async def stream_reply(
                 )
                 async with aclosing(stream):
                     async for item in stream:
-                        if isinstance(item, str | Thought):  # shown already: no other endpoint
+                        if isinstance(item, (str, Thought)):  # shown already: no other endpoint
                             got_text = True
                         yield item
                 endpoint.failures = 0

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
-from django.db.models import DecimalField, F, IntegerField, Sum, Value
+from django.db.models import DecimalField, F, IntegerField, Q, Sum, Value
 from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.utils import timezone
@@ -84,7 +84,10 @@ def usage(room: Room, now: datetime | None = None) -> Budget:
     resets = resets_on(now)
     if room.budget_tokens is None and room.budget_cost is None:
         return Budget(None, None, 0, Decimal(0), resets)
-    used = Message.objects.filter(room_id=room.pk, created_at__gte=month_start(now)).aggregate(
+    # A reply continued this month counts whole (its row holds both requests' usage).
+    since = month_start(now)
+    this_month = Q(created_at__gte=since) | Q(finished_at__gte=since)
+    used = Message.objects.filter(this_month, room_id=room.pk).aggregate(
         tokens=Coalesce(
             Sum(Coalesce(F("prompt_tokens"), 0) + Coalesce(F("tokens"), 0), output_field=IntegerField()), 0
         ),

@@ -16,11 +16,14 @@ The same reply streams again, from where it stopped, for everyone who sees it:
 
 from __future__ import annotations
 
+import logging
+
 from channels.db import database_sync_to_async
 from django.db import transaction
+from django.utils import timezone
 
 from collab.chat import broadcast, rendering, shared
-from collab.chat.actions import budgets
+from collab.chat.actions import budgets, merging
 from collab.chat.actions.providers import deployment_slots
 from collab.chat.actions.replies import _reply_in_room, reply_jobs
 from collab.chat.actions.rooms import check_open, take_post_token
@@ -29,6 +32,9 @@ from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.generation import Outcome, ReplyJob, registry
 from collab.chat.models import Message
+from collab.llm.client import ChatMessage
+
+log = logging.getLogger(__name__)
 
 # The last turn of a continuation's request, after the partial answer (the assistant's turn).
 CONTINUE_PROMPT = (
@@ -57,6 +63,11 @@ class ContinuationSink(RoomSink):
 
     async def finish(self, outcome: Outcome) -> None:
         text, reasoning, tokens, prompt_tokens = self.before
+        if outcome.status != "done" and not outcome.text:
+            # Stopped or failed before a word more: the reply stays as it was, cut off, and
+            # can be continued again (the members saw nothing new).
+            log.warning("continuation of reply %s ended %s: %s", self.job.message_id, outcome.status, outcome.error)
+            outcome.status, outcome.error, outcome.finish_reason = "done", "", "length"
         if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
             outcome.prompt_tokens = sum(len(m["content"]) for m in self.job.messages) // 4
         outcome.text = text + outcome.text
@@ -81,18 +92,23 @@ def _store_continue(user_id: int, room_id: int, message_id: object) -> tuple[Mes
             raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")
         if reply.reply_to is None:
             raise ClientError("message.not_found", "The question this reply answered is gone.")
+        if reply.reply_to.deleted_at is not None:  # the model would answer the message before it
+            raise ClientError("message.deleted", "The question this reply answered was deleted.")
         budgets.check(room)  # a spent monthly budget: no provider call (room.budget)
         tokens, prompt_tokens = reply.tokens or 0, reply.prompt_tokens or 0
         again = Message.objects.filter(pk=reply.pk, status=Message.Status.DONE, finish_reason="length")
-        if not again.update(status=Message.Status.STREAMING, finish_reason="", error="", finished_at=None):
+        restarted = timezone.now()  # the orphan sweep's grace counts from here (lifecycle._unleased_candidates)
+        if not again.update(
+            status=Message.Status.STREAMING, finish_reason="", error="", finished_at=None, restarted_at=restarted
+        ):
             raise ClientError("reply.streaming", "This reply is still being written.")
         reply.status, reply.finish_reason, reply.error, reply.finished_at = Message.Status.STREAMING, "", "", None
         job = reply_jobs(room, [reply], reply.reply_to)[0]
-        job.messages = [
-            *job.messages,
-            {"role": "assistant", "content": reply.text},
-            {"role": "user", "content": CONTINUE_PROMPT},
-        ]
+        if reply.merge_of:  # a merge goes on from the answers it drew from (actions/merging.py)
+            merging.redo(reply, job, reply.merge_of)
+        # A reply cut off while it was still thinking has no answer yet: no empty assistant turn.
+        partial: list[ChatMessage] = [{"role": "assistant", "content": reply.text}] if reply.text else []
+        job.messages = [*job.messages, *partial, {"role": "user", "content": CONTINUE_PROMPT}]
         return reply, job, tokens, prompt_tokens
 
 

@@ -128,7 +128,7 @@ def excerpt(message: Message, q: str) -> SafeString:
 def around(room: Room, user_id: int, seq: int) -> tuple[list[Message], bool, bool]:
     """The messages a member sees around `seq` (oldest first), and whether there are
     older and newer ones beyond them."""
-    seen = Message.objects.visible_to(user_id).filter(room=room).select_related("reply_to")
+    seen = Message.objects.visible_to(user_id).filter(room=room).select_related("reply_to", "recipient")
     before = list(seen.filter(seq__lte=seq).order_by("-seq")[: CONTEXT_AROUND + 2])
     after = list(seen.filter(seq__gt=seq).order_by("seq")[: CONTEXT_AROUND + 1])
     return (

@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 from django.template.loader import get_template
 
 from collab.chat import broadcast, rendering, shared
+from collab.chat.actions.rooms import check_open
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
 
@@ -101,6 +102,7 @@ def _shareable(user_id: int, room_id: int, message_id: object) -> Message:
         raise ClientError("share.not_personal", "This reply is already shared with the room.")
     if message.status == Message.Status.STREAMING:
         raise ClientError(*STREAMING)
+    check_open(message.room)  # sharing publishes: not in a locked or archived room
     return message
 
 

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from collab.chat import broadcast, rendering, shared
-from collab.chat.actions import budgets
+from collab.chat.actions import budgets, votes
 from collab.chat.actions.lenses import personal_lenses
 from collab.chat.actions.providers import deployment_slots, provider_config
 from collab.chat.actions.rooms import allocate_seqs, check_open, take_post_token
@@ -43,8 +43,8 @@ def reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[Re
     # Only what the context needs, and no more messages than a budget could hold.
     # Shared messages only: nobody's personal replies (docs/architecture.md, "personal replies").
     recent = Message.objects.filter(room=room, seq__lte=answered.seq).shared().order_by("-seq")
-    fields = ("seq", "role", "status", "text", "author_name", "assistant_id")
-    history = list(recent.only(*fields)[:60])[::-1]
+    fields = ("seq", "role", "status", "text", "author_name", "assistant_id", *votes.STEER_FIELDS)
+    history = votes.steer(room, list(recent.only(*fields)[:60])[::-1])
     lenses = personal_lenses(room, replies)
     jobs = []
     for reply in replies:
@@ -183,9 +183,16 @@ def _store_regenerate(user_id: int, room_id: int, message_id: object) -> tuple[M
             raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")
         if old.reply_to is None:
             raise ClientError("message.not_found", "The question this reply answered is gone.")
+        if old.reply_to.deleted_at is not None:  # the model would answer the message before it
+            raise ClientError("message.deleted", "The question this reply answered was deleted.")
         seq = allocate_seqs(room_id, 1, open_only=True)
         placeholders = create_placeholders(room, old.reply_to, [assistant], seq, old.recipient)
-        return placeholders[0], reply_jobs(room, placeholders, old.reply_to)
+        jobs = reply_jobs(room, placeholders, old.reply_to)
+        if old.merge_of:  # a merge asked again: merged again, from the same answers
+            from collab.chat.actions import merging  # it imports this module
+
+            merging.redo(placeholders[0], jobs[0], old.merge_of)
+        return placeholders[0], jobs
 
 
 async def regenerate_reply(user_id: int, room_id: int, message_id: object) -> None:

@@ -52,6 +52,7 @@ class RoomSink:
         self.shared_bytes = 0  # how much of the text (UTF-8) the shared record holds
         self._checkpoint_at = asyncio.get_running_loop().time()
         self._checkpoint: asyncio.Task[None] | None = None
+        self._shared = asyncio.Lock()
 
     @property
     def text(self) -> str:
@@ -60,7 +61,6 @@ class RoomSink:
     async def piece(self, offset: int, text: str) -> None:
         if not self.announced.is_set():
             await self.announced.wait()
-        self.pieces.append(text)
         reply_id, room_id = self.job.message_id, self.job.room_id
         # The shared text first, then the frame: a member who joins the room's group and
         # then reads the text gets every piece exactly once (consumers.RoomConsumer.floors).
@@ -75,32 +75,33 @@ class RoomSink:
         }
         if self.job.recipient_id is not None:
             frame["to"] = self.job.recipient_id
-        try:
-            if not self.lost:
-                try:
-                    await broadcast.piece_to_room(room_id, reply_id, text, self.shared_bytes, frame)
-                    self.shared_bytes += len(text.encode())
-                    return
-                except shared.StateLost:
-                    self.lost = True
-            await self.restore_shared()
-            log.warning("reply %s: shared record restored at %d characters", reply_id, len(self.text))
-            await broadcast.to_room(room_id, frame)
-        except shared.ReplyEnded:
-            raise  # another process ended it: no further piece (the engine stops emitting)
-        except Exception as exc:  # Redis away: keep the text; members converge when it is back
-            if not self.lost:
-                log.warning("reply %s: piece not shared (%r); kept, restored later", reply_id, exc)
-            self.lost = True
-        finally:
-            self._maybe_checkpoint()
+        async with self._shared:  # one append or restore at a time: the answer's and the thinking's
+            self.pieces.append(text)  # inside: a restore meanwhile must not hold this piece already
+            try:
+                if not self.lost:
+                    try:
+                        await broadcast.piece_to_room(room_id, reply_id, text, self.shared_bytes, frame)
+                        self.shared_bytes += len(text.encode())
+                        return
+                    except shared.StateLost:
+                        self.lost = True
+                await self.restore_shared()
+                log.warning("reply %s: shared record restored at %d characters", reply_id, len(self.text))
+                await broadcast.to_room(room_id, frame)
+            except shared.ReplyEnded:
+                raise  # another process ended it: no further piece (the engine stops emitting)
+            except Exception as exc:  # Redis away: keep the text; members converge when it is back
+                if not self.lost:
+                    log.warning("reply %s: piece not shared (%r); kept, restored later", reply_id, exc)
+                self.lost = True
+            finally:
+                self._maybe_checkpoint()
 
     async def thought(self, offset: int, text: str) -> None:
         """A piece of the thinking: as `piece`, into a text and frames of its own
         (`msg-N-thinking`; the frame's `msg` is -N, its own floor: consumers.room_frame)."""
         if not self.announced.is_set():
             await self.announced.wait()
-        self.thinking.append(text)
         reply_id = self.job.message_id
         frame: RoomFrame = {
             "type": "room.frame",
@@ -112,26 +113,28 @@ class RoomSink:
         }
         if self.job.recipient_id is not None:
             frame["to"] = self.job.recipient_id
-        try:
-            if not self.lost:
-                try:
-                    await broadcast.piece_to_room(
-                        self.job.room_id, reply_id, text, self.thinking_bytes, frame, thinking=True
-                    )
-                    self.thinking_bytes += len(text.encode())
-                    return
-                except shared.StateLost:
-                    self.lost = True
-            await self.restore_shared()
-            await broadcast.to_room(self.job.room_id, frame)
-        except shared.ReplyEnded:
-            raise
-        except Exception as exc:  # Redis away: kept, restored later (as `piece`)
-            if not self.lost:
-                log.warning("reply %s: thinking not shared (%r); kept, restored later", reply_id, exc)
-            self.lost = True
-        finally:
-            self._maybe_checkpoint()  # a long thinking is checkpointed too
+        async with self._shared:  # one append or restore at a time: the answer's and the thinking's
+            self.thinking.append(text)
+            try:
+                if not self.lost:
+                    try:
+                        await broadcast.piece_to_room(
+                            self.job.room_id, reply_id, text, self.thinking_bytes, frame, thinking=True
+                        )
+                        self.thinking_bytes += len(text.encode())
+                        return
+                    except shared.StateLost:
+                        self.lost = True
+                await self.restore_shared()
+                await broadcast.to_room(self.job.room_id, frame)
+            except shared.ReplyEnded:
+                raise
+            except Exception as exc:  # Redis away: kept, restored later (as `piece`)
+                if not self.lost:
+                    log.warning("reply %s: thinking not shared (%r); kept, restored later", reply_id, exc)
+                self.lost = True
+            finally:
+                self._maybe_checkpoint()  # a long thinking is checkpointed too
 
     async def restore_shared(self) -> None:
         """Put the reply's shared record back whole (Redis lost it, or holds another text)."""

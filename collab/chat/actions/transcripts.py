@@ -43,6 +43,10 @@ FIELDS = (
     "text",
     "reasoning",
     "finish_reason",
+    "votes_up",  # votes on a reply (actions/votes.py): counts, verdict, who voted what and when
+    "votes_down",
+    "verdict",
+    "votes_by",
 )
 
 
@@ -69,7 +73,16 @@ def record_of(row: dict[str, Any]) -> dict[str, object]:
         "text": row["text"],
         "reasoning": row["reasoning"] or None,  # a reasoning model's thinking, apart from the text
         "finish_reason": row["finish_reason"] or None,  # "length": cut off at the token limit
+        "votes": _votes(row),
     }
+
+
+def _votes(row: dict[str, Any]) -> dict[str, object] | None:
+    """A reply's votes: the counts, the verdict, and each vote (voter, value, time); None
+    for a person's message, or a reply nobody voted on."""
+    if row["role"] != Message.Role.ASSISTANT or not row["votes_by"]:
+        return None
+    return {"up": row["votes_up"], "down": row["votes_down"], "verdict": row["verdict"] or None, "by": row["votes_by"]}
 
 
 def markdown_head(room: Room, count: int, exported_at: datetime, by: str) -> str:
@@ -98,6 +111,12 @@ def markdown_message(record: dict[str, object]) -> str:
     tail = f"\n\n> error: {record['error']}" if record["error"] else ""
     if record.get("finish_reason") == "length":
         tail += "\n\n> cut off at the token limit"
+    votes = record.get("votes")
+    if isinstance(votes, dict):  # "> votes: 2 up (alice, bob), 1 down (carol); approved"
+        by = votes["by"]
+        names = {v: ", ".join(b["voter"] for b in by if b["value"] == v) for v in ("up", "down")}
+        sides = [f"{votes[v]} {v} ({names[v]})" for v in ("up", "down") if votes[v]]
+        tail += f"\n\n> votes: {', '.join(sides)}" + (f"; {votes['verdict']}" if votes["verdict"] else "")
     return f"{head}\n\n{body}{tail}\n\n"
 
 

@@ -68,7 +68,7 @@ def approved_replies(answered: Message) -> list[Message]:
     )
 
 
-STEER_FIELDS = ("reply_to_id", "verdict", "votes_up", "votes_down")  # what `steer` reads
+STEER_FIELDS = ("reply_to_id", "verdict", "votes_up", "votes_down", "merge_of")  # what `steer` reads
 
 
 def steer(room: Room, history: list[Message]) -> list[Message]:
@@ -82,7 +82,8 @@ def steer(room: Room, history: list[Message]) -> list[Message]:
         if m.role == Message.Role.ASSISTANT:
             if m.verdict == REJECTED and room.rejected_left_out:
                 continue
-            if m.reply_to_id in approved_to and m.verdict != APPROVED and not (m.votes_up or m.votes_down):
+            unvoted = m.verdict != APPROVED and not (m.votes_up or m.votes_down)
+            if m.reply_to_id in approved_to and unvoted and not m.merge_of:  # a merge is what the room asked for
                 continue
         kept.append(m)
     return kept

@@ -4,10 +4,11 @@
 - rooms.py: rooms (status, members online, replies streaming, cost; lock, archive, close,
   stop all, export), memberships and roles, bans, messages;
 - audit.py: the audit log, read-only;
+- votes.py: votes on replies, read-only, filterable by room;
 - live.py: the live page (sockets, who is online, replies streaming now, on every process);
 - usage.py: tokens and cost per day, as a chart, a table and CSV.
 """
 
-from collab.chat.admin import audit, providers, rooms
+from collab.chat.admin import audit, providers, rooms, votes
 
-__all__ = ["audit", "providers", "rooms"]
+__all__ = ["audit", "providers", "rooms", "votes"]
