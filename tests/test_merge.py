@@ -292,3 +292,24 @@ async def test_a_merge_asked_again_or_continued_draws_on_the_same_answers(world:
     (regenerated,) = sim[1].recorded[before + 1 :]
     last = str(regenerated["messages"][-1]["content"])
     assert "APPLES keep well" in last and "BANANAS" in last and "CHERRIES" not in str(regenerated["messages"])
+
+
+def test_a_merge_is_not_an_answer_to_merge_and_a_redo_leaves_out_what_was_rejected_since(world: World) -> None:
+    """approved_replies: the approved answers, not an approved merge of them (it would
+    bring an unapproved source back in). redo: a merge asked again drops a source the room
+    voted down since; with fewer than two left, merge.not_enough."""
+    from collab.chat.actions.votes import approved_replies
+
+    asked = ask(world)
+    question = Message.objects.get(pk=asked.question)
+    merge = Message.objects.create(
+        room=world.room, seq=world.room.last_seq + 1, role="assistant", assistant=world.assistants["a"],
+        author_name="A", reply_to=question, text="apples and bananas", merge_of=[asked.apples, asked.bananas],
+    )  # fmt: skip
+    vote(merge, {world.alice: "up"})
+    assert [m.pk for m in approved_replies(question)] == [asked.apples, asked.bananas]
+    Message.objects.filter(pk=asked.bananas).update(verdict="rejected", votes_up=0, votes_down=2)
+    job = merging.ReplyJob(merge.pk, world.room.pk, None, "sim", [], None, None)  # type: ignore[arg-type]
+    with pytest.raises(ClientError) as refused:
+        merging.redo(merge, job, merge.merge_of)
+    assert refused.value.code == "merge.not_enough"

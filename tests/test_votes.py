@@ -396,3 +396,18 @@ def test_a_merge_stays_in_the_history_though_unvoted() -> None:
     merge = Message(id=5, seq=5, role="assistant", reply_to_id=1, merge_of=[2, 3], text="a and b")
     kept = steer(Room(rejected_left_out=True), [question, a, b, c, merge])
     assert [m.id for m in kept] == [1, 2, 3, 5]
+
+
+def test_an_approved_reply_streaming_again_does_not_hide_its_siblings() -> None:
+    """An approved answer being continued (streaming, its text not in history meanwhile)
+    or approved with no text stands for nothing: the question keeps its other answers."""
+    from collab.chat.actions.votes import APPROVED, steer
+
+    question = Message(id=1, seq=1, role="user", text="q")
+    again = Message(id=2, seq=2, role="assistant", reply_to_id=1, verdict=APPROVED, votes_up=1, status="streaming")
+    empty = Message(id=3, seq=3, role="assistant", reply_to_id=1, verdict=APPROVED, votes_up=1, status="failed")
+    other = Message(id=4, seq=4, role="assistant", reply_to_id=1, status="done", text="the other answer")
+    kept = steer(Room(rejected_left_out=True), [question, again, empty, other])
+    assert 4 in [m.id for m in kept]
+    again.status, again.text = "done", "approved and whole"
+    assert 4 not in [m.id for m in steer(Room(rejected_left_out=True), [question, again, empty, other])]

@@ -168,7 +168,7 @@ class Runtime:
         self._uptime = uptime
         if self.stale:  # the replies' records first: the sockets' snapshots will read them
             for live in registry.running():
-                restore = getattr(live.sink, "restore_shared", None)
+                restore = getattr(live.sink, "restore_locked", None)
                 if restore is not None and (restarted or getattr(live.sink, "lost", False)):
                     with contextlib.suppress(shared.ReplyEnded):
                         await restore()

@@ -10,7 +10,7 @@
     var list = doc.getElementById("messages");
     if (!list) return;
     var counts = {};
-    list.querySelectorAll("article.msg-assistant[data-reply-to]").forEach(function (a) {
+    list.querySelectorAll("article.msg-assistant[data-reply-to]:not([data-recipient])").forEach(function (a) {
       if (!a.querySelector('.votes[data-verdict="approved"]')) return;
       var to = a.getAttribute("data-reply-to");
       counts[to] = (counts[to] || 0) + 1;

@@ -108,6 +108,7 @@ def redo(reply: Message, job: ReplyJob, sources: list[int]) -> None:
     merge.not_enough (raised inside the caller's transaction: nothing stored)."""
     answers = list(
         Message.objects.filter(pk__in=sources, room_id=reply.room_id, deleted_at__isnull=True)
+        .exclude(verdict=votes.REJECTED)  # the room voted it down since: not sent again
         .shared()
         .exclude(text="")
         .select_related("assistant")

@@ -136,6 +136,12 @@ class RoomSink:
             finally:
                 self._maybe_checkpoint()  # a long thinking is checkpointed too
 
+    async def restore_locked(self) -> None:
+        """restore_shared, from outside the sink's own pieces (the heartbeat, after the
+        shared state restarted): one append or restore at a time."""
+        async with self._shared:
+            await self.restore_shared()
+
     async def restore_shared(self) -> None:
         """Put the reply's shared record back whole (Redis lost it, or holds another text)."""
         text, thinking = self.text, "".join(self.thinking)
@@ -229,6 +235,10 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None
         )
         return None
     for name, value in fields.items():
+        setattr(message, name, value)
+    # Votes cast while it streamed (or just now) are counted in its final article, as stored.
+    counted = Message.objects.filter(pk=message.pk).values("votes_up", "votes_down", "verdict", "votes_by").first()
+    for name, value in (counted or {}).items():
         setattr(message, name, value)
     return message
 

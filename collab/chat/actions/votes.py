@@ -61,7 +61,7 @@ def approved_replies(answered: Message) -> list[Message]:
         Message.objects.filter(reply_to=answered, role=Message.Role.ASSISTANT, verdict=APPROVED)
         .exclude(status=Message.Status.STREAMING)
         .shared()
-        .filter(deleted_at__isnull=True)
+        .filter(deleted_at__isnull=True, merge_of=[])  # a merge is not one of the answers
         .exclude(text="")
         .select_related("assistant")
         .order_by("seq")
@@ -76,7 +76,16 @@ def steer(room: Room, history: list[Message]) -> list[Message]:
     out (when Room.rejected_left_out), and among the parallel answers to one message,
     the unvoted ones out once any sibling is approved. `history` needs each message's
     role and STEER_FIELDS."""
-    approved_to = {m.reply_to_id for m in history if m.role == Message.Role.ASSISTANT and m.verdict == APPROVED}
+    # Only an approved reply that has ended with a text stands in for its siblings: one
+    # streaming again (continued) or empty would leave the question with no answer at all.
+    approved_to = {
+        m.reply_to_id
+        for m in history
+        if m.role == Message.Role.ASSISTANT
+        and m.verdict == APPROVED
+        and m.status != Message.Status.STREAMING
+        and m.text
+    }
     kept = []
     for m in history:
         if m.role == Message.Role.ASSISTANT:
