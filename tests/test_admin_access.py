@@ -31,7 +31,7 @@ from django.shortcuts import resolve_url
 from django.test import Client, RequestFactory
 from django.urls import URLPattern, URLResolver, resolve
 
-from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Provider, Room
+from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Provider, Room, Vote
 
 pytestmark = pytest.mark.django_db
 
@@ -153,6 +153,7 @@ def world() -> World:
         Ban: ban,
         Message: reply,
         AuditEntry: entry,
+        Vote: Vote.objects.create(message=reply, voter=quentin, voter_name="quentin", value=Vote.Value.UP),
         AccessAttempt: AccessAttempt.objects.create(
             **access, path_info="/accounts/login/", get_data="", post_data="", failures_since_start=1
         ),
