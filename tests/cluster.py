@@ -26,7 +26,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from collab.loadtest.frames import Frames
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, require_redis
 from tests.test_e2e import free_port, login, wait_http
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +60,34 @@ def throwaway_database(server_url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(server_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def postgres_cluster(sim_url: str, prefix: str, setup: str = "", **extra_env: str) -> Iterator[Cluster]:
+    """A cluster's environment on a throwaway PostgreSQL database and the local Redis:
+    migrated, `SETUP` (plus `setup`) run, its processes stopped at the end. `prefix` keeps
+    its Redis keys apart; `extra_env` adds settings (the same for every process)."""
+    redis_url = require_redis()
+    with throwaway_database(postgres_url()) as database_url:
+        env = {
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis_url,
+            "COLLAB_REDIS_PREFIX": f"{prefix}{os.urandom(4).hex()}:",
+            "DJANGO_SECRET_KEY": os.urandom(32).hex(),  # one key: a session is valid on every process
+            "COLLAB_LLM_BASE_URL": sim_url,
+            "COLLAB_LLM_MODEL": "sim",
+            "DJANGO_SETTINGS_MODULE": "collab.settings",
+            **extra_env,
+        }
+        env.pop("COLLAB_SHARED_REDIS_URL", None)
+        cluster = Cluster(env)
+        cluster.manage("migrate", "-v0")
+        cluster.manage("shell", "-c", SETUP + setup)
+        try:
+            yield cluster
+        finally:
+            cluster.stop_all()
 
 
 @dataclass

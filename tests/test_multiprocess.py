@@ -8,7 +8,6 @@ rate and presence, whichever process holds the socket or runs the reply.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -19,8 +18,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
-from tests.cluster import PASSWORD, SETUP, Browser, Cluster, Tab, postgres_url, throwaway_database
-from tests.conftest import require_redis
+from tests.cluster import PASSWORD, Browser, Cluster, Tab, postgres_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
 
@@ -37,27 +35,8 @@ def sim() -> Iterator[tuple[str, SimulatorApp]]:
 
 @pytest.fixture
 def cluster(sim: tuple[str, SimulatorApp]) -> Iterator[Cluster]:
-    redis_url = require_redis()
-    with throwaway_database(postgres_url()) as database_url:
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "REDIS_URL": redis_url,
-            "COLLAB_REDIS_PREFIX": f"mp{os.urandom(4).hex()}:",
-            "DJANGO_SECRET_KEY": os.urandom(32).hex(),  # one key: a session is valid on every process
-            "COLLAB_LLM_BASE_URL": sim[0],
-            "COLLAB_LLM_MODEL": "sim",
-            "COLLAB_POST_REFILL_S": "600",  # the burst alone: the rate test counts exactly
-            "DJANGO_SETTINGS_MODULE": "collab.settings",
-        }
-        env.pop("COLLAB_SHARED_REDIS_URL", None)
-        cluster = Cluster(env)
-        cluster.manage("migrate", "-v0")
-        cluster.manage("shell", "-c", SETUP)
-        try:
-            yield cluster
-        finally:
-            cluster.stop_all()
+    with postgres_cluster(sim[0], "mp", COLLAB_POST_REFILL_S="600") as cluster:
+        yield cluster
 
 
 @pytest.fixture

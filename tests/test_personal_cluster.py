@@ -5,7 +5,6 @@ real openai client against the simulated model."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 
@@ -13,8 +12,7 @@ import pytest
 
 from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
-from tests.cluster import PASSWORD, SETUP, Browser, Cluster, Tab, postgres_url, throwaway_database
-from tests.conftest import require_redis
+from tests.cluster import PASSWORD, Browser, Cluster, Tab, postgres_cluster
 from tests.test_multiprocess import opened
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
@@ -34,26 +32,8 @@ def sim() -> Iterator[tuple[str, SimulatorApp]]:
 
 @pytest.fixture
 def cluster(sim: tuple[str, SimulatorApp]) -> Iterator[Cluster]:
-    redis_url = require_redis()
-    with throwaway_database(postgres_url()) as database_url:
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "REDIS_URL": redis_url,
-            "COLLAB_REDIS_PREFIX": f"pr{os.urandom(4).hex()}:",
-            "DJANGO_SECRET_KEY": os.urandom(32).hex(),
-            "COLLAB_LLM_BASE_URL": sim[0],
-            "COLLAB_LLM_MODEL": "sim",
-            "DJANGO_SETTINGS_MODULE": "collab.settings",
-        }
-        env.pop("COLLAB_SHARED_REDIS_URL", None)
-        cluster = Cluster(env)
-        cluster.manage("migrate", "-v0")
-        cluster.manage("shell", "-c", SETUP + DAVE)
-        try:
-            yield cluster
-        finally:
-            cluster.stop_all()
+    with postgres_cluster(sim[0], "pr", DAVE) as cluster:
+        yield cluster
 
 
 def holds(tab: Tab, reply_id: int) -> bool:

@@ -5,15 +5,13 @@ PostgreSQL (a throwaway database), the real openai client against the simulated 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
-from tests.cluster import SETUP, Browser, Cluster, Tab, postgres_url, throwaway_database
-from tests.conftest import require_redis
+from tests.cluster import Browser, Cluster, Tab, postgres_cluster
 from tests.test_multiprocess import opened
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
@@ -27,26 +25,8 @@ def sim() -> Iterator[tuple[str, SimulatorApp]]:
 
 @pytest.fixture
 def cluster(sim: tuple[str, SimulatorApp]) -> Iterator[Cluster]:
-    redis_url = require_redis()
-    with throwaway_database(postgres_url()) as database_url:
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "REDIS_URL": redis_url,
-            "COLLAB_REDIS_PREFIX": f"vt{os.urandom(4).hex()}:",
-            "DJANGO_SECRET_KEY": os.urandom(32).hex(),
-            "COLLAB_LLM_BASE_URL": sim[0],
-            "COLLAB_LLM_MODEL": "sim",
-            "DJANGO_SETTINGS_MODULE": "collab.settings",
-        }
-        env.pop("COLLAB_SHARED_REDIS_URL", None)
-        cluster = Cluster(env)
-        cluster.manage("migrate", "-v0")
-        cluster.manage("shell", "-c", SETUP)
-        try:
-            yield cluster
-        finally:
-            cluster.stop_all()
+    with postgres_cluster(sim[0], "vt") as cluster:
+        yield cluster
 
 
 def shows(tab: Tab, reply_id: int, up: int, down: int) -> bool:

@@ -25,8 +25,8 @@ from django.utils import timezone
 from collab.chat import broadcast, rendering, shared
 from collab.chat.actions import budgets, merging
 from collab.chat.actions.providers import deployment_slots
-from collab.chat.actions.replies import _reply_in_room, reply_jobs
-from collab.chat.actions.rooms import check_open, take_post_token
+from collab.chat.actions.replies import _reply_in_room, answerable_again, reply_jobs
+from collab.chat.actions.rooms import take_post_token
 from collab.chat.actions.sink import RoomSink
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
@@ -85,15 +85,7 @@ def _store_continue(user_id: int, room_id: int, message_id: object) -> tuple[Mes
             raise ClientError("reply.streaming", "This reply is still being written.")
         if reply.status != Message.Status.DONE or reply.finish_reason != "length":
             raise ClientError("reply.not_cut_off", "Only a reply cut off at the token limit can be continued.")
-        room = reply.room
-        check_open(room)
-        assistant = reply.assistant
-        if assistant is None or not room.assistants.filter(pk=assistant.pk).exists():
-            raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")
-        if reply.reply_to is None:
-            raise ClientError("message.not_found", "The question this reply answered is gone.")
-        if reply.reply_to.deleted_at is not None:  # the model would answer the message before it
-            raise ClientError("message.deleted", "The question this reply answered was deleted.")
+        room, _assistant, question = answerable_again(reply)
         budgets.check(room)  # a spent monthly budget: no provider call (room.budget)
         tokens, prompt_tokens = reply.tokens or 0, reply.prompt_tokens or 0
         again = Message.objects.filter(pk=reply.pk, status=Message.Status.DONE, finish_reason="length")
@@ -103,7 +95,7 @@ def _store_continue(user_id: int, room_id: int, message_id: object) -> tuple[Mes
         ):
             raise ClientError("reply.streaming", "This reply is still being written.")
         reply.status, reply.finish_reason, reply.error, reply.finished_at = Message.Status.STREAMING, "", "", None
-        job = reply_jobs(room, [reply], reply.reply_to)[0]
+        job = reply_jobs(room, [reply], question)[0]
         if reply.merge_of:  # a merge goes on from the answers it drew from (actions/merging.py)
             merging.redo(reply, job, reply.merge_of)
         # A reply cut off while it was still thinking has no answer yet: no empty assistant turn.

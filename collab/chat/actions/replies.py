@@ -171,23 +171,31 @@ async def stop_all(room_id: int) -> None:
     await broadcast.to_processes({"type": "room.stop_all", "room_id": room_id})
 
 
+def answerable_again(reply: Message) -> tuple[Room, Assistant, Message]:
+    """What asking a reply's assistant again needs (a regeneration, a continuation): an
+    open room, the assistant still in it, the question still there. Its room, assistant
+    and question."""
+    room = reply.room
+    check_open(room)
+    assistant = reply.assistant
+    if assistant is None or not room.assistants.filter(pk=assistant.pk).exists():
+        raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")
+    if reply.reply_to is None:
+        raise ClientError("message.not_found", "The question this reply answered is gone.")
+    if reply.reply_to.deleted_at is not None:  # the model would answer the message before it
+        raise ClientError("message.deleted", "The question this reply answered was deleted.")
+    return room, assistant, reply.reply_to
+
+
 def _store_regenerate(user_id: int, room_id: int, message_id: object) -> tuple[Message, list[ReplyJob]]:
     with transaction.atomic():
         old, _ = _reply_in_room(user_id, room_id, message_id)
         if old.status == Message.Status.STREAMING:
             raise ClientError("reply.streaming", "Stop this reply before asking again.")
-        room = old.room
-        check_open(room)
-        assistant = old.assistant
-        if assistant is None or not room.assistants.filter(pk=assistant.pk).exists():
-            raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")
-        if old.reply_to is None:
-            raise ClientError("message.not_found", "The question this reply answered is gone.")
-        if old.reply_to.deleted_at is not None:  # the model would answer the message before it
-            raise ClientError("message.deleted", "The question this reply answered was deleted.")
+        room, assistant, question = answerable_again(old)
         seq = allocate_seqs(room_id, 1, open_only=True)
-        placeholders = create_placeholders(room, old.reply_to, [assistant], seq, old.recipient)
-        jobs = reply_jobs(room, placeholders, old.reply_to)
+        placeholders = create_placeholders(room, question, [assistant], seq, old.recipient)
+        jobs = reply_jobs(room, placeholders, question)
         if old.merge_of:  # a merge asked again: merged again, from the same answers
             from collab.chat.actions import merging  # it imports this module
 
