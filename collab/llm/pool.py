@@ -173,7 +173,7 @@ async def stream_reply(
                 )
                 async with aclosing(stream):
                     async for item in stream:
-                        if isinstance(item, (str, Thought)):  # shown already: no other endpoint
+                        if not got_text and isinstance(item, (str, Thought)):  # shown: no other endpoint
                             got_text = True
                         yield item
                 endpoint.failures = 0

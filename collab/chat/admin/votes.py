@@ -5,17 +5,16 @@ vote here (a member's vote is theirs: they change it in the room)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from collab.chat.admin.audit import ReadOnlyAdmin
 from collab.chat.models import Vote
 
 
 @admin.register(Vote)
-class VoteAdmin(admin.ModelAdmin):
+class VoteAdmin(ReadOnlyAdmin):
     list_display = ["room", "reply", "voter_name", "value", "at"]
     list_filter = ["message__room", "value", "at"]
     search_fields = ["voter_name", "message__room__name", "message__room__slug"]
@@ -32,12 +31,3 @@ class VoteAdmin(admin.ModelAdmin):
     @admin.display(description="reply")
     def reply(self, obj: Vote) -> str:
         return f"#{obj.message.seq} {obj.message.author_name}"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
