@@ -19,8 +19,10 @@ from typing import Any
 import httpx2
 import openai
 
-# A chat message as the API takes it: {"role": ..., "content": ...}.
-ChatMessage = dict[str, str]
+# A chat message as the API takes it: {"role": ..., "content": ...}, an assistant's
+# {"role": "assistant", "content": str | None, "tool_calls": [...]}, a tool result's
+# {"role": "tool", "tool_call_id": ..., "content": ...}.
+ChatMessage = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,18 @@ class Finish:
     at max_tokens), "content_filter", ... Yielded once, after the last piece."""
 
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call the model asks for (OpenAI function calling). `arguments` is the
+    JSON text as the model wrote it, unchecked (it may be invalid): the caller parses it.
+    Yielded once the stream's finish_reason came, after the reply's last text piece and
+    before its `Usage`."""
+
+    id: str
+    name: str
+    arguments: str
 
 
 class LLMError(Exception):
@@ -154,6 +168,67 @@ async def _sse_data(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
                 yield line[5:].strip()
 
 
+class _Call:
+    """A tool call being assembled from its streamed fragments."""
+
+    __slots__ = ("id", "name", "parts")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.parts: list[str] = []
+
+
+def _gather_calls(calls: list[_Call], by_index: dict[int, _Call], fragments: Any) -> None:
+    """Add one delta's `tool_calls` fragments. OpenAI: the first fragment of a call
+    carries `index`, `id`, `type`, `function.name`; the later ones `index` and a piece of
+    `function.arguments`, and calls may interleave by index. Dialects read the same way:
+    `id` (and `name`) repeated on every fragment, a whole call in one fragment (Ollama,
+    some vLLM), `arguments` as an object, no `index` (a fragment without one continues
+    the call with its `id`, else the last call), several calls under one index with
+    different ids (each its own call)."""
+    if not isinstance(fragments, list):
+        return
+    for fragment in fragments:
+        if not isinstance(fragment, dict):
+            continue
+        ident = fragment.get("id") or ""
+        index = fragment.get("index")
+        if isinstance(index, int):
+            call = by_index.get(index)
+        elif ident:
+            call = next((c for c in calls if c.id == ident), None)
+        else:
+            call = calls[-1] if calls else None
+        if call is None or (ident and call.id and call.id != ident):
+            call = _Call()
+            calls.append(call)
+            if isinstance(index, int):
+                by_index[index] = call
+        if ident and not call.id:
+            call.id = str(ident)
+        function = fragment.get("function")
+        if isinstance(function, dict):
+            name = function.get("name")
+            if name and not call.name:
+                call.name = str(name)
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                call.parts.append(arguments)
+            elif arguments is not None:
+                call.parts.append(json.dumps(arguments, ensure_ascii=False))
+
+
+def _tool_calls(calls: list[_Call]) -> list[ToolCall]:
+    """The assembled calls in the order they began; one without a name is dropped, one
+    without an id gets `call_<n>` (the model is answered by id)."""
+    return [ToolCall(c.id or f"call_{n}", c.name, "".join(c.parts)) for n, c in enumerate(calls) if c.name]
+
+
+# Ends of a reply that are its own: no `Finish` item.
+_NORMAL_ENDS = frozenset({"stop", "tool_calls", "function_call"})
+
+
 async def stream_chat(
     endpoint: Endpoint,
     model: str,
@@ -161,10 +236,15 @@ async def stream_chat(
     *,
     temperature: float | None = None,
     max_tokens: int | None = None,
-) -> AsyncGenerator[str | Thought | Usage | Finish, None]:
-    """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then a
-    `Usage` if the provider sent one, then a `Finish` if it stopped for another reason
-    than its own end (docs/wire.md: "length").
+    tools: list[dict[str, Any]] | None = None,
+) -> AsyncGenerator[str | Thought | ToolCall | Usage | Finish, None]:
+    """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then
+    the `ToolCall`s it asks for (when `tools` were offered; once the finish_reason came),
+    then a `Usage` if the provider sent one, then a `Finish` if it stopped for another
+    reason than its own end or its tool calls (docs/wire.md: "length").
+
+    `tools`: OpenAI function-calling schemas, sent when not empty (`tool_choice` is the
+    provider's default, "auto").
 
     Raises LLMError for every failure, before or after the first piece. The caller
     applies the total timeout (it owns the clock that also covers its own work).
@@ -180,6 +260,10 @@ async def stream_chat(
         body["temperature"] = temperature
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
+    if tools:
+        body["tools"] = tools
+    calls: list[_Call] = []  # tool calls being assembled (rare: a plain reply has none)
+    by_index: dict[int, _Call] = {}
     finished = ""  # the finish_reason, once one came
     responded = False  # past the status line: a failure from here on is mid-stream
     try:
@@ -212,10 +296,20 @@ async def stream_chat(
                         thought = delta.get("reasoning_content") or delta.get("reasoning")
                         if thought:
                             yield Thought(thought)
+                        fragments = delta.get("tool_calls")
+                        if fragments:
+                            _gather_calls(calls, by_index, fragments)
+                        elif delta.get("function_call"):  # the legacy single call
+                            _gather_calls(calls, by_index, [{"index": 0, "function": delta["function_call"]}])
                     if content:
                         yield content
                     if choice.get("finish_reason"):
                         finished = choice["finish_reason"]
+                        if calls:
+                            for call in _tool_calls(calls):
+                                yield call
+                            calls.clear()
+                            by_index.clear()
                 usage = chunk.get("usage")
                 if usage:
                     yield Usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
@@ -234,5 +328,5 @@ async def stream_chat(
         raise _status_error(exc) from exc
     if not finished:
         raise LLMError("dropped", "the provider's stream ended before the reply was complete (no finish_reason)")
-    if finished != "stop":
+    if finished not in _NORMAL_ENDS:
         yield Finish(str(finished)[:20])  # Message.finish_reason holds 20 characters

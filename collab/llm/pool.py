@@ -19,9 +19,9 @@ from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from collab.llm.client import ChatMessage, Endpoint, Finish, LLMError, Thought, Usage, stream_chat
+from collab.llm.client import ChatMessage, Endpoint, Finish, LLMError, Thought, ToolCall, Usage, stream_chat
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +142,11 @@ async def stream_reply(
     *,
     temperature: float | None = None,
     max_tokens: int | None = None,
+    tools: list[dict[str, Any]] | None = None,
     on_queued: Callable[[int], Awaitable[None]] | None = None,
     on_started: Callable[[str], Awaitable[None]] | None = None,
     slots: SharedSlots | None = None,
-) -> AsyncGenerator[str | Thought | Usage | Finish, None]:
+) -> AsyncGenerator[str | Thought | ToolCall | Usage | Finish, None]:
     """Like `stream_chat`, through the provider's queues and endpoint pool.
 
     `on_queued(position)` is awaited if the request must wait for a slot,
@@ -170,10 +171,12 @@ async def stream_reply(
                     messages,
                     temperature=temperature,
                     max_tokens=max_tokens,
+                    tools=tools,
                 )
                 async with aclosing(stream):
                     async for item in stream:
-                        if not got_text and isinstance(item, (str, Thought)):  # shown: no other endpoint
+                        # Shown, or acted on (a tool call runs): no other endpoint.
+                        if not got_text and isinstance(item, (str, Thought, ToolCall)):
                             got_text = True
                         yield item
                 endpoint.failures = 0

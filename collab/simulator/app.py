@@ -24,19 +24,20 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Iterable
 from typing import Any
 
 from .config import SLOW_FACTOR, FaultKind, ModelSpec, SimConfig, parse_model
+from .request import Completion as _Completion
+from .request import HTTPError as _HTTPError
+from .request import Receive, Scope, Send, check_auth, fault_error, parse_completion, read_body
+from .request import dumps as _dumps
 from .text import count_prompt_tokens, iter_tokens, simulated_tokens, thinking_tokens
 from .timing import Schedule
+from .tools import script_for
 
 __all__ = ["SimulatorApp", "install_log_filter", "make_app"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 _JSON_HEADERS: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json")]
 _SSE_HEADERS: list[tuple[bytes, bytes]] = [
@@ -45,6 +46,7 @@ _SSE_HEADERS: list[tuple[bytes, bytes]] = [
 ]
 _DONE = b"data: [DONE]\n\n"
 _THINK = "\x00"  # marks a reasoning token in the stream's token iterator (never in the text)
+_RAW = "\x01"  # marks a whole delta object (a scripted tool call's fragment), ditto
 
 # Set by a request that cuts its own response on purpose: uvicorn then logs
 # "ASGI callable returned without completing response." — the filter below
@@ -68,10 +70,6 @@ def install_log_filter() -> None:
         logger.addFilter(_DROP_FILTER)
 
 
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 _JSON_STR_CACHE: dict[str, str] = {}
 
 
@@ -85,22 +83,6 @@ def _json_str(token: str) -> str:
     return encoded
 
 
-class _HTTPError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str = "invalid_request_error",
-        code: str | None = None,
-        param: str | None = None,
-        headers: Iterable[tuple[bytes, bytes]] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = _dumps({"error": {"message": message, "type": type_, "param": param, "code": code}})
-        self.headers = list(headers)
-
-
 @dataclasses.dataclass
 class Stats:
     """Counters, mostly for tests and the benchmark."""
@@ -112,16 +94,6 @@ class Stats:
     disconnects: int = 0
     drops: int = 0
     peak_active: int = 0  # the most completions served at once (reset it to measure a span)
-
-
-@dataclasses.dataclass
-class _Completion:
-    model: str
-    spec: ModelSpec
-    messages: list[dict[str, Any]]
-    stream: bool
-    include_usage: bool
-    max_tokens: int | None
 
 
 class SimulatorApp:
@@ -183,18 +155,19 @@ class SimulatorApp:
             if path == "/v1/chat/completions":
                 if method != "POST":
                     raise _HTTPError(405, f"Method {method} not allowed for {path}", headers=[(b"allow", b"POST")])
-                self._check_auth(scope)
-                body = await self._read_body(scope, receive)
+                check_auth(scope, self._auth)
+                body = await read_body(scope, receive, self.config.max_body_bytes)
                 if body is None:
                     return  # client left before sending the body
                 request = self._parse_completion(body)
                 if self.record:
-                    self.recorded.append({"model": request.model, "messages": request.messages})
+                    seen = {"model": request.model, "messages": request.messages}
+                    self.recorded.append(seen if request.tools is None else {**seen, "tools": request.tools})
                 await self._completion(request, receive, send, start_wall, start_mono)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 if method not in ("GET", "HEAD"):
                     raise _HTTPError(405, f"Method {method} not allowed for {path}", headers=[(b"allow", b"GET")])
-                self._check_auth(scope)
+                check_auth(scope, self._auth)
                 await self._models(path, send)
             else:
                 raise _HTTPError(404, f"Invalid URL ({method} {path})")
@@ -214,90 +187,8 @@ class SimulatorApp:
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    def _check_auth(self, scope: Scope) -> None:
-        if self._auth is None:
-            return
-        for name, value in scope["headers"]:
-            if name == b"authorization" and value == self._auth:
-                return
-        raise _HTTPError(
-            401,
-            "Incorrect API key provided. You can find your API key at the simulator's --api-key.",
-            code="invalid_api_key",
-        )
-
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        limit = self.config.max_body_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                raise _HTTPError(413, f"Request body too large (limit {limit} bytes)")
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk: bytes = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _HTTPError(413, f"Request body too large (limit {limit} bytes)")
-            parts.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(parts)
-
     def _parse_completion(self, body: bytes) -> _Completion:
-        try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise _HTTPError(400, f"We could not parse the JSON body of your request: {exc}") from None
-        if not isinstance(data, dict):
-            raise _HTTPError(400, "The request body must be a JSON object.")
-        model = data.get("model")
-        if not isinstance(model, str) or not model:
-            raise _HTTPError(400, "you must provide a model parameter", param="model")
-        try:
-            spec = parse_model(model)
-        except ValueError as exc:
-            raise _HTTPError(400, str(exc), code="model_not_found", param="model") from None
-        messages = data.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _HTTPError(400, "'messages' must be a non-empty array.", param="messages")
-        for i, message in enumerate(messages):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                raise _HTTPError(400, f"messages[{i}] must be an object with a string 'role'.", param=f"messages[{i}]")
-            content = message.get("content")
-            if content is not None and not isinstance(content, (str, list)):
-                raise _HTTPError(
-                    400,
-                    f"messages[{i}].content must be a string or an array.",
-                    param=f"messages[{i}].content",
-                )
-        stream = data.get("stream", False)
-        if stream is None:
-            stream = False
-        if not isinstance(stream, bool):
-            raise _HTTPError(400, "'stream' must be a boolean.", param="stream")
-        include_usage = False
-        options = data.get("stream_options")
-        if options is not None:
-            if not isinstance(options, dict):
-                raise _HTTPError(400, "'stream_options' must be an object.", param="stream_options")
-            if not stream:
-                raise _HTTPError(
-                    400,
-                    "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-                    param="stream_options",
-                )
-            include_usage = options.get("include_usage") is True
-        max_tokens: int | None = None
-        for key in ("max_completion_tokens", "max_tokens"):
-            value = data.get(key)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise _HTTPError(400, f"'{key}' must be a positive integer.", param=key)
-            max_tokens = value if max_tokens is None else min(max_tokens, value)
-        return _Completion(model, spec, messages, stream, include_usage, max_tokens)
+        return parse_completion(body)
 
     def _pick_fault(self, spec: ModelSpec) -> tuple[FaultKind, int]:
         if spec.fault != "none":
@@ -328,33 +219,17 @@ class SimulatorApp:
         self, req: _Completion, receive: Receive, send: Send, start_wall: float, start_mono: float
     ) -> None:
         fault, fault_after = self._pick_fault(req.spec)
-        if fault == "429":
-            raise _HTTPError(
-                429,
-                "Rate limit reached for requests (simulated). Please try again in 1s.",
-                type_="rate_limit_exceeded",
-                code="rate_limit_exceeded",
-                headers=[(b"retry-after", b"1")],
-            )
-        if fault == "quota":
-            raise _HTTPError(
-                429,
-                "You exceeded your current quota, please check your plan and billing details (simulated).",
-                type_="insufficient_quota",
-                code="insufficient_quota",
-            )
-        if fault == "500":
-            raise _HTTPError(
-                500,
-                "The server had an error while processing your request (simulated).",
-                type_="server_error",
-            )
+        refusal = fault_error(fault)  # 429, quota, 500: an error status instead of a reply
+        if refusal is not None:
+            raise refusal
 
         config = self.config
         self.stats.completions += 1
+        # A scripted reply (tool calls, a verdict: tools.py) instead of the text, if any.
+        script = req.script = script_for(req.messages, req.tools, config.seed, req.model)
         # n: completion tokens, the reasoning ones (think@N) first; max_tokens counts both.
-        n = req.spec.think + config.reply_tokens
-        finish_reason = "stop"
+        n = req.spec.think + (config.reply_tokens if script is None else len(script.pieces))
+        finish_reason = "stop" if script is None else script.finish_reason
         if req.max_tokens is not None and req.max_tokens < n:
             n = req.max_tokens
             finish_reason = "length"
@@ -432,7 +307,14 @@ class SimulatorApp:
         content_after = '},"logprobs":null,"finish_reason":null' + tail
         # Tokens are generated as they fall due (a long reply costs nothing upfront);
         # the first n of the full reply's pieces are exactly simulated_tokens(..., n).
-        pieces = iter_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)
+        script = req.script
+        if script is None:
+            pieces = iter_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)
+        elif script.calls:  # each piece a whole delta object (tool-call fragments)
+            pieces = iter([_RAW + delta for delta in script.pieces])
+        else:
+            pieces = iter(script.pieces)
+        custom = bool(req.spec.think or (script is not None and script.calls))  # not only plain content
         if req.spec.think:  # reasoning first, in its own field: then the answer
             think_before = before + '{"' + req.spec.think_field + '":'
             pieces = itertools.chain(
@@ -443,6 +325,8 @@ class SimulatorApp:
         def event(token: str) -> str:
             if token[:1] == _THINK:
                 return think_before + _json_str(token[1:]) + content_after
+            if token[:1] == _RAW:
+                return before + token[1:] + content_after[1:]
             return content_before + _json_str(token) + content_after
 
         ending = (before + '{},"logprobs":null,"finish_reason":"' + finish_reason + '"' + tail).encode()
@@ -468,7 +352,7 @@ class SimulatorApp:
             now = loop.time()
             due = timing.due(now, limit)
             if due > sent:
-                if req.spec.think:
+                if custom:
                     body = "".join([event(next(pieces)) for _ in range(due - sent)]).encode()
                 elif due - sent == 1:
                     body = (content_before + _json_str(next(pieces)) + content_after).encode()
@@ -527,10 +411,17 @@ class SimulatorApp:
             await stop.wait()
             return self._stopped(stop)
         thoughts = thinking_tokens(req.messages, self.config.seed, req.model, req.spec.think)[:n]
-        tokens = simulated_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)
+        script = req.script
+        if script is None:
+            tokens = simulated_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)
+        else:
+            tokens = list(script.pieces)
         tokens = thoughts + tokens[: n - len(thoughts)]
         prompt_tokens = count_prompt_tokens(req.messages)
         message: dict[str, Any] = {"role": "assistant", "content": "".join(tokens[len(thoughts) :]), "refusal": None}
+        if script is not None and script.calls:
+            message["content"] = None
+            message["tool_calls"] = script.tool_calls(len(tokens) - len(thoughts))
         if thoughts:
             message[req.spec.think_field] = "".join(thoughts)
         body = _dumps(
