@@ -344,3 +344,10 @@ async def test_a_stream_cut_before_its_finish_yields_no_calls() -> None:
     with pytest.raises(LLMError) as err:
         await run([event(fragment(0, '{"a"', id="t", name="calculate")), DONE])
     assert err.value.kind == "dropped"
+
+
+async def test_reasoning_model_thinks_then_calls(sim: tuple[str, SimulatorApp]) -> None:
+    url, _ = sim
+    items = await ask(url, [user("{{tool current_time}}")], model="sim+think@3")
+    assert [type(i) for i in items] == [Thought, Thought, Thought, ToolCall, Usage]
+    assert calls_of(items) == [ToolCall("call_0_0", "current_time", "{}")]
