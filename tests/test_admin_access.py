@@ -31,7 +31,7 @@ from django.shortcuts import resolve_url
 from django.test import Client, RequestFactory
 from django.urls import URLPattern, URLResolver, resolve
 
-from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Provider, Room, Vote
+from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Provider, Room, Tool, Vote
 
 pytestmark = pytest.mark.django_db
 
@@ -154,6 +154,7 @@ def world() -> World:
         Message: reply,
         AuditEntry: entry,
         Vote: Vote.objects.create(message=reply, voter=quentin, voter_name="quentin", value=Vote.Value.UP),
+        Tool: Tool.objects.create(name="pineapple_lookup", description="d", url="http://127.0.0.1:9/", enabled=True),
         AccessAttempt: AccessAttempt.objects.create(
             **access, path_info="/accounts/login/", get_data="", post_data="", failures_since_start=1
         ),
@@ -323,6 +324,7 @@ MUST = {
     "chat_message_changelist",
     "chat_provider_changelist",
     "chat_assistant_changelist",
+    "chat_tool_changelist",
     "auth_user_changelist",
     "chat_room_live",
     "chat_room_usage",

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from collab.chat import metrics
+from collab.chat.agent import AgentPlan, AgentRun
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.pool import ProviderConfig, SharedSlots, stream_reply
@@ -113,6 +114,7 @@ class ReplyJob:
     temperature: float | None
     max_tokens: int | None
     recipient_id: int | None = None  # a personal reply (`/each`): its frames go to this member only
+    agent: AgentPlan | None = None  # an agent's run (agent.py): plan, tools, checks, then the answer
 
 
 @dataclass
@@ -127,6 +129,7 @@ class Outcome:
     tps: float | None = None
     reasoning: str = ""  # the model's thinking, apart from `text` (never sent back to it)
     finish_reason: str = ""  # why the model stopped when not its own end ("length"); else ""
+    steps: int | None = None  # an agent run's model calls (agent.py); None: a plain reply
 
 
 class Sink(Protocol):
@@ -159,6 +162,7 @@ class LiveReply:
     started_at: float = field(default_factory=time.monotonic)
     first_at: float | None = None
     ahead: int = 0
+    steps: int | None = None  # an agent run's model calls so far
 
     def status(self) -> dict[str, Any]:
         """This reply as the live page shows it: tokens so far, and its rate (tokens after
@@ -191,6 +195,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     usage: Usage | None = None
     status, error, finish_reason = "done", "", ""
     queued = False
+    began = False  # a model request was sent (an agent sends several)
     thinker: Coalescer | None = None  # the thinking's, made at its first piece (most models have none)
 
     async def on_queued(ahead: int) -> None:
@@ -200,14 +205,29 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         await sink.state(f"queued ({ahead} ahead)" if ahead > 1 else "queued")
 
     async def on_started(_base_url: str) -> None:
-        nonlocal started, queued
-        started = loop.time()  # time to first token is the model's, not the queue's
+        nonlocal started, queued, began
+        if job.agent is None or not began:  # an agent's first token counts from its first call
+            started = loop.time()  # time to first token is the model's, not the queue's
+        began = True
         live.ahead = 0
         if queued:
             queued = False
             await sink.state("writing…")
 
     try:
+        if job.agent is not None:  # the log is the reply's thinking channel (agent.py)
+            thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
+            run = _agent_run(live, job.agent, coalescer, thinker, slots, on_queued, on_started)
+            try:
+                async with asyncio.timeout(job.provider.total_timeout_s):
+                    await run.go()
+            finally:
+                first_at, chunks, finish_reason = run.first_at, run.chunks, run.finish_reason
+                live.steps = run.calls
+                usage = Usage(run.prompt_tokens, run.tokens)
+                if first_at is not None and live.first_at is None:
+                    live.first_at = time.monotonic()
+            return
         async with (
             asyncio.timeout(job.provider.total_timeout_s),
             aclosing(
@@ -262,6 +282,41 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         await _finish(live, coalescer, status, error, started, first_at, chunks, usage, finish_reason)
 
 
+def _agent_run(
+    live: LiveReply,
+    plan: AgentPlan,
+    coalescer: Coalescer,
+    thinker: Coalescer,
+    slots: SharedSlots | None,
+    on_queued: Callable[[int], Awaitable[None]],
+    on_started: Callable[[str], Awaitable[None]],
+) -> AgentRun:
+    job = live.job
+
+    def call_model(messages: list[ChatMessage], tools: list[dict[str, Any]] | None, max_tokens: int | None) -> Any:
+        return stream_reply(
+            job.provider,
+            job.model,
+            messages,
+            temperature=job.temperature,
+            max_tokens=max_tokens,
+            on_queued=on_queued,
+            on_started=on_started,
+            slots=slots,
+            tools=tools,
+        )
+
+    def answer(text: str) -> None:
+        live.parts.append(text)
+        coalescer.push(text)
+
+    def log(text: str) -> None:
+        live.thoughts.append(text)
+        thinker.push(text)
+
+    return AgentRun(plan, job.messages, call_model, answer, log, live.sink.state, max_tokens=job.max_tokens)
+
+
 async def _finish(
     live: LiveReply,
     coalescer: Coalescer,
@@ -289,6 +344,7 @@ async def _finish(
         tps=(tokens - 1) / streaming_s if tokens > 1 and streaming_s > 0 else None,
         reasoning="".join(live.thoughts),
         finish_reason=finish_reason if status == "done" else "",
+        steps=live.steps,
     )
     metrics.REPLIES.labels(status).inc()
     metrics.REPLY_TOKENS.inc(tokens)

@@ -21,8 +21,24 @@ env_name_validator = RegexValidator(
 )
 
 
+tool_name_validator = RegexValidator(
+    r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$", "Like a function name: a letter, then up to 63 letters, digits or '_'."
+)
+
+
 def new_invite_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def key_variable_error(name: str) -> str | None:
+    from collab.chat.actions.providers import key_variable_allowed
+
+    if key_variable_allowed(name):
+        return None
+    return (
+        f"{name} is not an allowed key variable: name it COLLAB_KEY_..., or have the operator list it in "
+        "COLLAB_KEY_VARIABLES."
+    )
 
 
 class Provider(models.Model):
@@ -89,21 +105,61 @@ class Provider(models.Model):
         return [self.base_url, *[u for u in extra if u != self.base_url]]
 
     def clean(self) -> None:
-        from collab.chat.actions.providers import key_variable_allowed
-
-        if not key_variable_allowed(self.api_key_env):
-            raise ValidationError(
-                {
-                    "api_key_env": f"{self.api_key_env} is not an allowed key variable: name it COLLAB_KEY_..., or "
-                    "have the operator list it in COLLAB_KEY_VARIABLES."
-                }
-            )
+        if error := key_variable_error(self.api_key_env):
+            raise ValidationError({"api_key_env": error})
         for url in self.extra_base_urls.splitlines():
             if url.strip():
                 try:
                     URLValidator(schemes=["http", "https"])(url.strip())
                 except ValidationError:
                     raise ValidationError({"extra_base_urls": f"Not a URL: {url.strip()[:100]}"}) from None
+
+
+def object_schema() -> dict[str, Any]:
+    return {"type": "object", "properties": {}}
+
+
+def check_object_schema(value: Any) -> None:
+    if not isinstance(value, dict) or value.get("type") != "object":
+        raise ValidationError('A JSON schema of an object: {"type": "object", "properties": {...}}.')
+
+
+class Tool(models.Model):
+    """An HTTP tool for agents, registered by staff: the call's arguments are POSTed as JSON to
+    `url`, the response text is the result (untrusted). Off by default, enabled per assistant."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[tool_name_validator])
+    description = models.TextField(max_length=1000, help_text="What the model is told the tool does.")
+    url = models.URLField(max_length=500, validators=[URLValidator(schemes=["http", "https"])])
+    parameters = models.JSONField(
+        default=object_schema, validators=[check_object_schema], help_text="The arguments, as a JSON schema object."
+    )
+    timeout_s = models.FloatField(default=10.0, validators=[MinValueValidator(0.1), MaxValueValidator(120)])
+    api_key_env = models.CharField(
+        "API key environment variable",
+        max_length=128,
+        blank=True,
+        validators=[env_name_validator],
+        help_text="Sent as 'Authorization: Bearer <value>' (blank: none); allowed names as for providers.",
+    )
+    enabled = models.BooleanField(default=False, help_text="Off by default; agents get it only when attached.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from collab.chat.actions.tools import BUILTIN_NAMES
+
+        errors = {"name": f"{self.name} is a built-in tool's name."} if self.name in BUILTIN_NAMES else {}
+        if error := key_variable_error(self.api_key_env):
+            errors["api_key_env"] = error
+        if errors:
+            raise ValidationError(errors)
 
 
 class Assistant(models.Model):
@@ -115,6 +171,18 @@ class Assistant(models.Model):
     temperature = models.FloatField(default=0.7, validators=[MinValueValidator(0), MaxValueValidator(2)])
     max_tokens = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(1)])
     is_default = models.BooleanField(default=False, help_text="Attached to every new room.")
+    is_agent = models.BooleanField(
+        "agent", default=False, help_text="Plans, calls tools, checks its steps and re-plans (within the budgets)."
+    )
+    agent_steps = models.PositiveSmallIntegerField(
+        default=8, validators=[MinValueValidator(1), MaxValueValidator(50)], help_text="Model calls per run."
+    )
+    agent_tokens = models.PositiveIntegerField(
+        default=20000, validators=[MinValueValidator(100)], help_text="Completion tokens per run."
+    )
+    tools = models.ManyToManyField(
+        Tool, blank=True, related_name="assistants", help_text="HTTP tools it may call (the built-ins: always)."
+    )
 
     class Meta:
         ordering = ["handle"]
@@ -337,6 +405,8 @@ class Message(models.Model):
     reasoning = models.TextField(blank=True)
     # The model's finish_reason when it is not plain "stop" (for example "length": cut off at the token limit).
     finish_reason = models.CharField(max_length=20, blank=True)
+    # An agent's run (chat/agent.py): its model calls so far; its log is `reasoning`. None: a plain reply.
+    agent_steps = models.PositiveSmallIntegerField(null=True, blank=True)
     edited_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)  # a tombstone: text and html emptied
     # Votes on an assistant's reply, counted from Vote rows in the same transaction as each vote.

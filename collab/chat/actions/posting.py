@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from collab.chat import metrics
-from collab.chat.actions import budgets, each, replies, rooms
+from collab.chat.actions import agents, budgets, each, replies, rooms
 from collab.chat.errors import ClientError
 from collab.chat.markup import render_user_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
@@ -109,6 +109,9 @@ def store_post(
             room = Room.objects.get(pk=room_id)
             rooms.check_open(room)
             assistants, unknown = _invoked(room, text)
+            review = agents.review_of(text, assistants)  # `@critic review @planner`: the critic alone
+            if review is not None:
+                assistants = [review.reviewer]
             personal = each.plan(room, text, assistants, mentions(text))  # `/each` (actions/each.py)
             if personal is not None:
                 assistants = personal.assistants
@@ -131,6 +134,8 @@ def store_post(
             )
             placeholders = each.create(room, message, assistants, personal, seq + 1)
             jobs = replies.reply_jobs(room, placeholders, message)
+            if review is not None:
+                agents.give_review(jobs, room, review, message)
     except IntegrityError:
         # The same client_id posted concurrently: the other one won; this is a repeat.
         existing = Message.objects.filter(room_id=room_id, author_id=user_id, client_id=client_id).first()

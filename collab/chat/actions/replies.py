@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from collab.chat import broadcast, rendering, shared
-from collab.chat.actions import budgets, votes
+from collab.chat.actions import agents, budgets, votes
 from collab.chat.actions.lenses import personal_lenses
 from collab.chat.actions.providers import deployment_slots, provider_config
 from collab.chat.actions.rooms import allocate_seqs, check_open, take_post_token
@@ -62,6 +62,7 @@ def reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[Re
                 temperature=assistant.temperature,
                 max_tokens=assistant.max_tokens,
                 recipient_id=reply.recipient_id,
+                agent=agents.plan_for(assistant, room, answered, reply),
             )
         )
     return jobs
@@ -84,6 +85,7 @@ def create_placeholders(
             status=Message.Status.STREAMING,
             model=a.model_name,
             recipient=recipient,
+            agent_steps=0 if a.is_agent else None,  # an agent's run (chat/agent.py)
         )
         for i, a in enumerate(assistants)
     ]

@@ -212,7 +212,7 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None
     if message is None:
         return None
     if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
-        outcome.prompt_tokens = sum(len(m["content"]) for m in job.messages) // 4
+        outcome.prompt_tokens = sum(len(m["content"] or "") for m in job.messages) // 4
     cost = reply_cost(message.assistant.provider, outcome.prompt_tokens, outcome.tokens) if message.assistant else None
     fields = {
         "text": outcome.text,
@@ -229,6 +229,8 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None
         "reasoning": outcome.reasoning,
         "finish_reason": outcome.finish_reason,
     }
+    if outcome.steps is not None:  # an agent's run
+        fields["agent_steps"] = outcome.steps
     if not Message.objects.filter(pk=message.pk, status=Message.Status.STREAMING).update(**fields):
         log.warning(
             "reply %s was already ended elsewhere; its outcome %s is not stored", job.message_id, outcome.status

@@ -3,12 +3,13 @@
 - providers.py: providers (with a benchmark action) and assistants; changes are audited;
 - rooms.py: rooms (status, members online, replies streaming, cost; lock, archive, close,
   stop all, export), memberships and roles, bans, messages;
+- tools.py: agents' HTTP tools (audited like providers);
 - audit.py: the audit log, read-only;
 - votes.py: votes on replies, read-only, filterable by room;
 - live.py: the live page (sockets, who is online, replies streaming now, on every process);
 - usage.py: tokens and cost per day, as a chart, a table and CSV.
 """
 
-from collab.chat.admin import audit, providers, rooms, votes
+from collab.chat.admin import audit, providers, rooms, tools, votes
 
-__all__ = ["audit", "providers", "rooms", "votes"]
+__all__ = ["audit", "providers", "rooms", "tools", "votes"]

@@ -60,8 +60,10 @@ class ProviderAdmin(admin.ModelAdmin):
 @admin.register(Assistant)
 class AssistantAdmin(admin.ModelAdmin):
     list_display = ["handle", "display_name", "provider", "model", "temperature", "max_tokens", "is_default"]
-    list_filter = ["provider", "is_default"]
+    list_display += ["is_agent"]
+    list_filter = ["provider", "is_default", "is_agent"]
     search_fields = ["handle", "display_name"]
+    filter_horizontal = ["tools"]  # is_agent, agent_steps, agent_tokens and tools: in the form as model fields
 
     def save_model(self, request: HttpRequest, obj: Assistant, form: Any, change: bool) -> None:
         """Audited like a provider: its provider, model and prompt decide what rooms are sent and billed."""

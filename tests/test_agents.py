@@ -1,0 +1,206 @@
+"""Agents (issue 13): a run of plan, tool calls, checks and a final answer, streamed to
+real WebSocket clients as parts of one reply (the run's log on the thinking channel,
+the answer on the text), with the simulated model scripted to call tools
+(collab/simulator/README.md, "Tool calls"), over the real openai client."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+
+from collab.chat.models import Assistant, Membership, Message, Room
+from tests.conftest import Member, World, make_assistant, member, reply_ids
+from tests.test_reasoning import THINKING_SHOWN, finished, thinking_seen
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer", "replies_idle")]
+
+STATE = re.compile(r'<span id="msg-(\d+)-state"[^>]*>(.*?)</span>', re.S)
+
+
+async def agent(world: World, handle: str = "planner", model: str = "sim", **fields: Any) -> Assistant:
+    def create() -> Assistant:
+        made = make_assistant(world.provider, handle, model=model, is_agent=True, **fields)
+        world.room.assistants.add(made)
+        return made
+
+    return await database_sync_to_async(create)()
+
+
+async def run_to_end(m: Member, text: str, status: str = "done", timeout: float = 20.0) -> Message:
+    """Post `text`, wait for the one reply it starts to end with `status`, return it stored."""
+    before = set(reply_ids(m.frames))
+    await m.post(text)
+    await m.until(lambda f: len(set(reply_ids(f)) - before) == 1)
+    [reply_id] = set(reply_ids(m.frames)) - before
+    await m.until(finished(reply_id, status), timeout=timeout)
+    return await Message.objects.aget(pk=reply_id)
+
+
+def parts(log: str) -> list[str]:
+    """The run's log as its parts' first lines, in order (plan, steps, calls, results, checks)."""
+    return [line for line in log.splitlines() if line and line[0] in "▸→←✗✓■"]
+
+
+async def test_members_see_the_plan_calls_results_and_answer_in_order_live(world: World, sim: Any) -> None:
+    await agent(world)
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        stored = await run_to_end(alice, '@planner what is 6*7? {{tool calculate {"expression": "6*7"}}}')
+        await bob.until(finished(stored.id))
+    assert stored.agent_steps == 4  # plan, a step with a call, its check, the answer
+    shown = parts(stored.reasoning)
+    assert shown[0] == "▸ Plan"
+    assert shown[1] == "▸ Step 2"
+    assert shown[2] == '→ calculate({"expression": "6*7"})'
+    assert shown[3] == "← calculate: 42"
+    assert shown[4].startswith("▸ Check: ON PLAN")
+    assert shown[5:] == ["▸ Step 4", "✓ Final answer"]
+    for m in (alice, bob):
+        log, pieces = thinking_seen(m, stored.id)
+        assert log == stored.reasoning and len(pieces) > 1  # streamed, gap-free, and what is stored
+        assert m.frames.replies[stored.id].text == stored.text  # the answer, apart from the log
+        final = next(f for f in m.raw if f'id="msg-{stored.id}"' in f and 'hx-swap-oob="true"' in f)
+        assert "<summary>Agent run</summary>" in final and 'data-steps="4"' in final
+        labels = [s.group(2) for f in m.raw for s in STATE.finditer(f) if int(s.group(1)) == stored.id]
+        assert any(label.startswith("step 2 of 8 ·") for label in labels)  # the budget, live
+    assert stored.text and stored.status == "done"
+    # The model was given the tool's result, and later turns see only the answer.
+    request = next(r for r in reversed(sim[1].recorded) if r.get("tools") and "6*7" in str(r["messages"]))
+    assert any(msg.get("role") == "tool" and msg.get("content") == "42" for msg in request["messages"])
+    await await_history(world, sim, stored)
+
+
+async def await_history(world: World, sim: Any, run: Message) -> None:
+    async with member(world.alice) as alice:
+        await run_to_end(alice, "@a what did the planner say?")
+    request = next(r for r in reversed(sim[1].recorded) if "what did the planner say" in str(r["messages"]))
+    sent = "\n".join(str(m.get("content")) for m in request["messages"])
+    assert run.text in sent and "▸ Plan" not in sent and "← calculate" not in sent  # the answer, not the log
+
+
+async def test_a_reconnect_mid_run_resumes_with_no_gap(world: World) -> None:
+    await agent(world, model="sim+slow")  # a plan of 60 tokens at 150 tokens/s: ~0.4 s
+    async with member(world.alice) as alice:
+        await alice.post('@planner go {{tool current_time {}}}')
+        await alice.until(lambda f: len(reply_ids(f)) == 1)
+        [reply_id] = reply_ids(alice.frames)
+        await alice.until(lambda f: len(thinking_seen(alice, reply_id)[1]) >= 2)
+        async with member(world.bob) as late:
+            shown = THINKING_SHOWN.search(late.raw[0])
+            assert shown is not None and int(shown.group(1)) == reply_id
+            at_connect = int(shown.group(2))
+            assert at_connect > 0 and len(html.unescape(shown.group(4))) == at_connect
+            await late.until(finished(reply_id), timeout=30)
+        await alice.until(finished(reply_id), timeout=30)
+    stored = await Message.objects.aget(pk=reply_id)
+    late_log, late_pieces = thinking_seen(late, reply_id)
+    assert late_pieces[0][0] == at_connect  # resumed exactly where the snapshot ended
+    assert late_log == stored.reasoning == thinking_seen(alice, reply_id)[0]
+    assert "→ current_time({})" in stored.reasoning
+
+
+async def test_bad_arguments_are_reported_and_the_run_goes_on(world: World) -> None:
+    await agent(world)
+    async with member(world.alice) as alice:
+        stored = await run_to_end(
+            alice,
+            '@planner {{tool calculate {"expression": }}{{tool nosuchtool {}}}{{next}}{{tool calculate {"expression": "2+2"}}}',
+        )
+    shown = parts(stored.reasoning)
+    errors = [p for p in shown if p.startswith("✗")]
+    assert len(errors) == 2 and errors[0].startswith("✗ calculate:") and errors[1].startswith("✗ nosuchtool:")
+    assert "← calculate: 4" in shown and shown[-1] == "✓ Final answer"
+    assert stored.status == "done" and stored.text
+
+
+async def test_the_step_budget_is_enforced(world: World) -> None:
+    await agent(world, agent_steps=3)
+    script = "{{tool current_time {}}}{{next}}" * 4
+    async with member(world.alice) as alice:
+        stored = await run_to_end(alice, f"@planner loop {script}")
+    assert stored.agent_steps == 3 and stored.finish_reason == "budget.steps"
+    assert parts(stored.reasoning)[-1] == "■ Stopped at its step budget (3 model calls)"
+    assert "step budget (3 model calls)" in stored.text
+
+
+async def test_the_token_budget_is_enforced(world: World) -> None:
+    await agent(world, agent_tokens=100)  # the plan alone takes 60
+    async with member(world.alice) as alice:
+        stored = await run_to_end(alice, "@planner {{tool current_time {}}}{{next}}{{tool current_time {}}}")
+    assert stored.finish_reason == "budget.tokens" and stored.tokens is not None and stored.tokens <= 100 + 60
+    assert "token budget (100 tokens)" in stored.text
+
+
+async def test_a_revised_plan_when_the_check_says_replan(world: World) -> None:
+    await agent(world)
+    async with member(world.alice) as alice:
+        stored = await run_to_end(alice, '@planner {{replan}}{{tool calculate {"expression": "1+1"}}}')
+    shown = parts(stored.reasoning)
+    assert [p for p in shown if p.startswith("▸ Check")][0].startswith("▸ Check: REPLAN")
+    assert "▸ Revised plan" in shown and shown[-1] == "✓ Final answer"
+
+
+async def test_stop_mid_run_keeps_what_was_done(world: World) -> None:
+    await agent(world, model="sim+slow")
+    async with member(world.alice) as alice:
+        await alice.post("@planner {{tool current_time {}}}")
+        await alice.until(lambda f: len(reply_ids(f)) == 1)
+        [reply_id] = reply_ids(alice.frames)
+        await alice.until(lambda f: "→ current_time" in thinking_seen(alice, reply_id)[0], timeout=30)
+        await alice.send(action="stop", message_id=reply_id)
+        await alice.until(finished(reply_id, "stopped"))
+    stored = await Message.objects.aget(pk=reply_id)
+    shown, _ = thinking_seen(alice, reply_id)
+    assert stored.reasoning.startswith(shown) and "→ current_time({})" in stored.reasoning
+    assert stored.agent_steps is not None and stored.agent_steps >= 2
+
+
+async def test_tools_cannot_read_another_room_or_a_personal_reply(world: World) -> None:
+    await agent(world)
+
+    def setup() -> tuple[int, int]:
+        other = Room.objects.create(name="Secret", slug="secret", owner=world.carol)
+        Membership.objects.create(room=other, user=world.carol, role=Membership.Role.OWNER)
+        Message.objects.create(room=other, seq=1, role="user", author=world.carol, author_name="carol", text="the secret plan")
+        room = Room.objects.get(pk=world.room.pk)
+        room.last_seq += 1
+        room.save(update_fields=["last_seq"])
+        Message.objects.create(
+            room=room, seq=room.last_seq, role="assistant", author_name="A", text="bob's private lens answer",
+            recipient=world.bob, status="done",
+        )  # fmt: skip
+        return other.pk, room.last_seq
+
+    _other, personal_seq = await database_sync_to_async(setup)()
+    async with member(world.alice) as alice:
+        stored = await run_to_end(
+            alice,
+            '@planner {{tool search_room {"query": "secret", "room": "secret"}}}'
+            f'{{{{tool read_message {{"seq": {personal_seq}}}}}}}'
+            '{{tool search_room {"query": "private"}}}',
+        )
+    results = [p for p in parts(stored.reasoning) if p[0] in "←✗"]
+    assert results[0].startswith("✗ search_room:") and "member" in results[0]
+    assert results[1] == f"← read_message: no message #{personal_seq}"  # as if it did not exist
+    assert "private lens" not in stored.reasoning and "the secret plan" not in stored.reasoning
+
+
+async def test_two_agents_at_once_and_a_review_of_one_by_the_other(world: World, sim: Any) -> None:
+    await agent(world, "planner")
+    await agent(world, "critic")
+    async with member(world.alice) as alice:
+        await alice.post('@planner @critic what is 2**10? {{tool calculate {"expression": "2**10"}}}')
+        await alice.until(lambda f: len(reply_ids(f)) == 2)
+        first, second = reply_ids(alice.frames)
+        await alice.until(lambda f: all(finished(i)(f) for i in (first, second)))
+        for reply_id in (first, second):
+            assert "← calculate: 1024" in (await Message.objects.aget(pk=reply_id)).reasoning
+        planner = await Message.objects.select_related("assistant").aget(pk__in=(first, second), assistant__handle="planner")
+        review = await run_to_end(alice, "@critic review @planner")
+    assert review.author_name == "CRITIC"  # the critic alone was asked
+    request = next(r for r in reversed(sim[1].recorded) if "review @planner" in str(r["messages"]))
+    last_user = [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
+    assert f"The answer of @planner (message #{planner.seq}) to review:\n\n{planner.text}" in last_user
