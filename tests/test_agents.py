@@ -84,7 +84,7 @@ async def await_history(world: World, sim: Any, run: Message) -> None:
 async def test_a_reconnect_mid_run_resumes_with_no_gap(world: World) -> None:
     await agent(world, model="sim+slow")  # a plan of 60 tokens at 150 tokens/s: ~0.4 s
     async with member(world.alice) as alice:
-        await alice.post('@planner go {{tool current_time {}}}')
+        await alice.post("@planner go {{tool current_time {}}}")
         await alice.until(lambda f: len(reply_ids(f)) == 1)
         [reply_id] = reply_ids(alice.frames)
         await alice.until(lambda f: len(thinking_seen(alice, reply_id)[1]) >= 2)
@@ -139,7 +139,7 @@ async def test_a_revised_plan_when_the_check_says_replan(world: World) -> None:
     async with member(world.alice) as alice:
         stored = await run_to_end(alice, '@planner {{replan}}{{tool calculate {"expression": "1+1"}}}')
     shown = parts(stored.reasoning)
-    assert [p for p in shown if p.startswith("▸ Check")][0].startswith("▸ Check: REPLAN")
+    assert next(p for p in shown if p.startswith("▸ Check")).startswith("▸ Check: REPLAN")
     assert "▸ Revised plan" in shown and shown[-1] == "✓ Final answer"
 
 
@@ -164,7 +164,9 @@ async def test_tools_cannot_read_another_room_or_a_personal_reply(world: World) 
     def setup() -> tuple[int, int]:
         other = Room.objects.create(name="Secret", slug="secret", owner=world.carol)
         Membership.objects.create(room=other, user=world.carol, role=Membership.Role.OWNER)
-        Message.objects.create(room=other, seq=1, role="user", author=world.carol, author_name="carol", text="the secret plan")
+        Message.objects.create(
+            room=other, seq=1, role="user", author=world.carol, author_name="carol", text="the secret plan"
+        )
         room = Room.objects.get(pk=world.room.pk)
         room.last_seq += 1
         room.save(update_fields=["last_seq"])
@@ -198,7 +200,9 @@ async def test_two_agents_at_once_and_a_review_of_one_by_the_other(world: World,
         await alice.until(lambda f: all(finished(i)(f) for i in (first, second)))
         for reply_id in (first, second):
             assert "← calculate: 1024" in (await Message.objects.aget(pk=reply_id)).reasoning
-        planner = await Message.objects.select_related("assistant").aget(pk__in=(first, second), assistant__handle="planner")
+        planner = await Message.objects.select_related("assistant").aget(
+            pk__in=(first, second), assistant__handle="planner"
+        )
         review = await run_to_end(alice, "@critic review @planner")
     assert review.author_name == "CRITIC"  # the critic alone was asked
     request = next(r for r in reversed(sim[1].recorded) if "review @planner" in str(r["messages"]))
