@@ -208,3 +208,36 @@ async def test_two_agents_at_once_and_a_review_of_one_by_the_other(world: World,
     request = next(r for r in reversed(sim[1].recorded) if "review @planner" in str(r["messages"]))
     last_user = [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
     assert f"The answer of @planner (message #{planner.seq}) to review:\n\n{planner.text}" in last_user
+
+
+async def test_a_personal_agent_run_reads_for_its_recipient_not_the_asker(world: World) -> None:
+    """`/each @planner`: each member's run is theirs alone, so its tools read what that
+    member may see: never the asker's own personal replies."""
+    await agent(world)
+
+    def setup() -> int:
+        Membership.objects.filter(room=world.room).update(lens="be brief")
+        room = Room.objects.get(pk=world.room.pk)
+        room.last_seq += 1
+        room.save(update_fields=["last_seq"])
+        Message.objects.create(
+            room=room, seq=room.last_seq, role="assistant", author_name="A", text="alice's private lens answer",
+            recipient=world.alice, status="done",
+        )  # fmt: skip
+        return room.last_seq
+
+    seq = await database_sync_to_async(setup)()
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        before = set(reply_ids(alice.frames))  # her personal reply above, in her snapshot
+        await alice.post(f'/each @planner {{{{tool read_message {{"seq": {seq}}}}}}}')
+        await bob.until(lambda f: len(reply_ids(f)) == 1)
+        [bobs] = reply_ids(bob.frames)
+        await bob.until(finished(bobs))
+        await alice.until(lambda f: len(set(reply_ids(f)) - before) == 1)
+        [alices] = set(reply_ids(alice.frames)) - before
+        await alice.until(finished(alices))
+    bob_run = await Message.objects.aget(pk=bobs)
+    alice_run = await Message.objects.aget(pk=alices)
+    assert bob_run.recipient_id == world.bob.id and f"← read_message: no message #{seq}" in bob_run.reasoning
+    assert "private lens answer" in alice_run.reasoning  # her own, for her alone
+    assert "private lens answer" not in "".join(bob.raw)

@@ -22,7 +22,9 @@ def plan_for(assistant: Assistant, room: Room, answered: Message, reply: Message
     """The run's budget and tools if `assistant` is an agent, else None (a plain reply)."""
     if not assistant.is_agent:
         return None
-    asker = answered.author if answered.author_id is not None else None
+    # The tools read for whoever will see the run: a personal reply's recipient (`/each`),
+    # else the member who asked (their own personal replies are theirs to show).
+    asker = reply.recipient if reply.recipient_id is not None else answered.author
     return AgentPlan(
         steps=assistant.agent_steps,
         tokens=assistant.agent_tokens,
