@@ -87,7 +87,7 @@ class AgentRun:
     run: list[ChatMessage] = field(default_factory=list)  # plans, tool calls and results, in order
 
     async def go(self) -> None:
-        text, _ = await self._call("▸ Plan\n", [*self.messages, _system(PLAN)], None, PLAN_TOKENS)
+        text, _ = await self._call("▸ Plan\n", _asking(self.messages, PLAN), None, PLAN_TOKENS)
         self.run.append({"role": "assistant", "content": f"Plan:\n{text}"})
         while True:
             if not await self._budget_left():
@@ -106,12 +106,12 @@ class AgentRun:
             await self._run_tools(text, calls)
             if not await self._budget_left():
                 return
-            checked = [*context, *self.run[-len(calls) - 1 :], _system(EVALUATE)]
+            checked = [*context, *self.run[-len(calls) - 1 :], _user(EVALUATE)]
             verdict, _ = await self._call("\n▸ Check: ", checked, None, CHECK_TOKENS)
             if verdict.lstrip().upper().startswith("REPLAN"):
                 if not await self._budget_left():
                     return
-                context = [*self.messages, *self.run, _system(REPLAN)]
+                context = [*self.messages, *self.run, _user(REPLAN)]
                 text, _ = await self._call("\n▸ Revised plan\n", context, None, PLAN_TOKENS)
                 self.run.append({"role": "assistant", "content": f"Revised plan:\n{text}"})
 
@@ -180,7 +180,7 @@ class AgentRun:
         self.run.append(
             {
                 "role": "assistant",
-                "content": text or None,
+                "content": text,  # "" rather than null: llama.cpp's server refuses null
                 "tool_calls": [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                     for c in calls
@@ -216,8 +216,18 @@ class AgentRun:
         return f"{used} · {doing}" if doing else used
 
 
-def _system(text: str) -> ChatMessage:
-    return {"role": "system", "content": text}
+def _user(text: str) -> ChatMessage:
+    """An instruction of the run's, as a user turn: after tool results every chat template
+    takes one, and small models follow it there rather than as a late system message."""
+    return {"role": "user", "content": text}
+
+
+def _asking(messages: list[ChatMessage], instruction: str) -> list[ChatMessage]:
+    """The context with `instruction` added to its last (user) turn: no two user turns in a row."""
+    last = messages[-1] if messages else None
+    if last is None or last.get("role") != "user":
+        return [*messages, _user(instruction)]
+    return [*messages[:-1], {**last, "content": f"{last.get('content') or ''}\n\n{instruction}"}]
 
 
 def _short(text: str, limit: int) -> str:
