@@ -30,7 +30,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from collab import deploy
 from collab.chat.actions import providers, rooms
-from collab.chat.models import Room
+from collab.chat.models import Assistant, Room
 from collab.deploy import STAGE_MODEL, STAGE_PROXY, STAGE_WEB, Children
 from collab.llm import local
 
@@ -254,6 +254,13 @@ class Command(BaseCommand):
             user.set_password(password)
             user.save(update_fields=["password"])
         if not Room.objects.filter(slug=DEMO_ROOM).exists():
-            rooms.create_room(user, "Demo", topic="Try @assistant here")
+            room = rooms.create_room(user, "Demo", topic="Try @assistant here, or @agent for a run with tools")
+            default = providers.ensure_default_assistant()
+            agent, _ = Assistant.objects.get_or_create(  # README, "Agents"
+                handle="agent",
+                defaults={"display_name": "Agent", "provider": default.provider, "is_agent": True,
+                          "temperature": default.temperature},
+            )  # fmt: skip
+            room.assistants.add(agent)
         else:
             providers.ensure_default_assistant()
