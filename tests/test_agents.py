@@ -23,7 +23,10 @@ STATE = re.compile(r'<span id="msg-(\d+)-state"[^>]*>(.*?)</span>', re.S)
 
 async def agent(world: World, handle: str = "planner", model: str = "sim", **fields: Any) -> Assistant:
     def create() -> Assistant:
-        made = make_assistant(world.provider, handle, model=model, is_agent=True, **fields)
+        made = make_assistant(world.provider, handle, model=model, is_agent=True)
+        for name, value in fields.items():
+            setattr(made, name, value)
+        made.save()
         world.room.assistants.add(made)
         return made
 
@@ -122,15 +125,24 @@ async def test_the_step_budget_is_enforced(world: World) -> None:
     async with member(world.alice) as alice:
         stored = await run_to_end(alice, f"@planner loop {script}")
     assert stored.agent_steps == 3 and stored.finish_reason == "budget.steps"
-    assert parts(stored.reasoning)[-1] == "■ Stopped at its step budget (3 model calls)"
-    assert "step budget (3 model calls)" in stored.text
+    # plan, one step with a call, then the last call answers with what it has (no check between)
+    assert parts(stored.reasoning) == [
+        "▸ Plan",
+        "▸ Step 2",
+        "→ current_time({})",
+        next(p for p in parts(stored.reasoning) if p.startswith("← current_time: ")),
+        "■ At its step budget (3 model calls): answering now",
+        "▸ Step 3",
+        "✓ Final answer",
+    ]
+    assert stored.text and stored.status == "done"
 
 
 async def test_the_token_budget_is_enforced(world: World) -> None:
     await agent(world, agent_tokens=100)  # the plan alone takes 60
     async with member(world.alice) as alice:
         stored = await run_to_end(alice, "@planner {{tool current_time {}}}{{next}}{{tool current_time {}}}")
-    assert stored.finish_reason == "budget.tokens" and stored.tokens is not None and stored.tokens <= 100 + 60
+    assert stored.finish_reason == "budget.tokens" and stored.tokens is not None and stored.tokens <= 100
     assert "token budget (100 tokens)" in stored.text
 
 
@@ -158,6 +170,30 @@ async def test_stop_mid_run_keeps_what_was_done(world: World) -> None:
     assert stored.agent_steps is not None and stored.agent_steps >= 2
 
 
+async def test_a_stop_mid_call_counts_that_calls_tokens(world: World) -> None:
+    await agent(world, model="sim+slow")
+    async with member(world.alice) as alice:
+        await alice.post("@planner plan slowly")
+        await alice.until(lambda f: len(reply_ids(f)) == 1)
+        [reply_id] = reply_ids(alice.frames)
+        await alice.until(lambda f: len(thinking_seen(alice, reply_id)[1]) >= 3)  # mid-plan
+        await alice.send(action="stop", message_id=reply_id)
+        await alice.until(finished(reply_id, "stopped"))
+    stored = await Message.objects.aget(pk=reply_id)
+    assert stored.agent_steps == 1 and "▸ Step" not in stored.reasoning
+    words = len(stored.reasoning.removeprefix("▸ Plan\n").split())
+    assert stored.tokens is not None and stored.tokens >= words > 0  # the plan's pieces so far
+    assert stored.prompt_tokens and stored.cost is not None
+
+
+async def test_an_answer_cut_at_the_token_limit_can_be_continued(world: World) -> None:
+    await agent(world, max_tokens=10)  # the assistant's own limit, not the run's budget
+    async with member(world.alice) as alice:
+        stored = await run_to_end(alice, "@planner tell me everything")
+        final = next(f for f in alice.raw if f'id="msg-{stored.id}"' in f and 'hx-swap-oob="true"' in f)
+    assert stored.finish_reason == "length" and 'data-finish="length"' in final and "act continue" in final
+
+
 async def test_tools_cannot_read_another_room_or_a_personal_reply(world: World) -> None:
     await agent(world)
 
@@ -174,20 +210,33 @@ async def test_tools_cannot_read_another_room_or_a_personal_reply(world: World) 
             room=room, seq=room.last_seq, role="assistant", author_name="A", text="bob's private lens answer",
             recipient=world.bob, status="done",
         )  # fmt: skip
-        return other.pk, room.last_seq
+        room.last_seq += 1
+        room.save(update_fields=["last_seq"])
+        Message.objects.create(
+            room=room, seq=room.last_seq, role="assistant", author_name="A", text="alice's own private answer",
+            recipient=world.alice, status="done",
+        )  # fmt: skip
+        Membership.objects.create(room=other, user=world.alice)  # the asker is in both rooms
+        return room.last_seq - 1, room.last_seq
 
-    _other, personal_seq = await database_sync_to_async(setup)()
-    async with member(world.alice) as alice:
+    bobs, alices = await database_sync_to_async(setup)()
+    async with member(world.alice) as alice, member(world.bob) as bob:
         stored = await run_to_end(
             alice,
             '@planner {{tool search_room {"query": "secret", "room": "secret"}}}'
-            f'{{{{tool read_message {{"seq": {personal_seq}}}}}}}'
-            '{{tool search_room {"query": "private"}}}',
+            f'{{{{tool read_message {{"seq": {bobs}}}}}}}{{{{tool read_message {{"seq": {alices}}}}}}}'
+            '{{tool search_room {"query": "answer"}}}',
         )
+        await bob.until(finished(stored.id))
     results = [p for p in parts(stored.reasoning) if p[0] in "←✗"]
-    assert results[0].startswith("✗ search_room:") and "member" in results[0]
-    assert results[1] == f"← read_message: no message #{personal_seq}"  # as if it did not exist
-    assert "private lens" not in stored.reasoning and "the secret plan" not in stored.reasoning
+    assert results[0].startswith("✗ search_room:") and "unknown argument room" in results[0]  # this room only
+    assert results[1] == f"← read_message: no message #{bobs}"  # as if it did not exist
+    # A shared run's log reaches every member: not even the asker's own personal replies.
+    assert results[2] == f"← read_message: no message #{alices}"
+    assert results[3].startswith(f"← search_room: #{alices + 1} alice: @planner")  # the question alone
+    assert "lens answer" not in stored.reasoning and "own private answer" not in stored.reasoning
+    assert "lens answer" not in "".join(bob.raw) and "own private answer" not in "".join(bob.raw)
+    assert "the secret plan" not in stored.reasoning
 
 
 async def test_two_agents_at_once_and_a_review_of_one_by_the_other(world: World, sim: Any) -> None:

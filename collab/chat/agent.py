@@ -20,12 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from collab.llm import Finish, Thought, ToolCall, Usage
 from collab.llm.client import ChatMessage
+from collab.llm.pool import SharedSlots, stream_reply
+
+if TYPE_CHECKING:
+    from collab.chat.generation import Coalescer, LiveReply
+
+log = logging.getLogger(__name__)
 
 PLAN = (
     "Before you act, write a short numbered plan (at most 5 steps) for the request above. "
@@ -38,9 +46,17 @@ STEP = (
     "request directly, without calling a tool."
 )
 EVALUATE = "Evaluate: does the last result serve the plan? Answer ON PLAN or REPLAN, then one short line why."
-PLAN_TOKENS = 300
-CHECK_TOKENS = 80
+ANSWER_NOW = "You have no more steps: answer the request now with what you have, without calling a tool."
+PLAN_TOKENS = 500  # a reasoning model's thinking counts too
+CHECK_TOKENS = 200
 SHOWN_RESULT_CHARS = 300  # a result as the room sees it; the model gets up to the tool's own cap
+MAX_CALLS_PER_STEP = 8  # more in one turn are answered with an error, not run
+# The check's verdict: the first of these in its opening words (models add **, `, "Verdict:").
+VERDICT = re.compile(r"\b(RE-?PLAN|ON[ _-]?PLAN)\b", re.IGNORECASE)
+
+
+class ToolFailed(Exception):
+    """A tool's own error (actions/tools.ToolError): its message goes to the model and the room."""
 
 
 class Tools(Protocol):
@@ -62,7 +78,8 @@ class AgentPlan:
     tools: Tools
 
 
-ModelCall = Callable[[list[ChatMessage], list[dict[str, Any]] | None, int | None], AsyncIterator[Any]]
+# (messages, tools, max_tokens, tool_choice) -> the stream's items (llm.pool.stream_reply)
+ModelCall = Callable[[list[ChatMessage], list[dict[str, Any]] | None, int | None, str | None], AsyncIterator[Any]]
 Push = Callable[[str], None]
 
 
@@ -84,36 +101,60 @@ class AgentRun:
     first_at: float | None = None  # loop time of the first visible piece
     finish_reason: str = ""
     cut: bool = False  # the last call ended at its max_tokens
-    run: list[ChatMessage] = field(default_factory=list)  # plans, tool calls and results, in order
+    plan_text: str = ""  # the latest plan, as the step calls' system message carries it
+    run: list[ChatMessage] = field(default_factory=list)  # tool calls and results, in order
 
     async def go(self) -> None:
         text, _ = await self._call("▸ Plan\n", _asking(self.messages, PLAN), None, PLAN_TOKENS)
-        self.run.append({"role": "assistant", "content": f"Plan:\n{text}"})
+        self.plan_text = f"Plan:\n{text}"
         while True:
             if not await self._budget_left():
                 return
-            context = [self._with_step(self.messages[0]), *self.messages[1:], *self.run]
-            text, calls = await self._call(
-                f"\n▸ Step {self.calls + 1}\n", context, self.plan.tools.schemas(), self._room(self.max_tokens)
-            )
+            # The plan rides in the system message: no assistant turn last, none twice in a row.
+            context = [self._with_plan(self.messages[0]), *self.messages[1:], *self.run]
+            if self.calls == self.plan.steps - 1 and self.run:  # the last call: an answer, forced
+                self.log(f"\n■ At its step budget ({self.plan.steps} model calls): answering now\n")
+                text, _ = await self._call(
+                    f"\n▸ Step {self.calls + 1}\n",
+                    [*context, _user(ANSWER_NOW)],
+                    self._tools(),
+                    self.max_tokens,
+                    "none",
+                )
+                self.finish_reason = "budget.steps"
+                self.log("\n✓ Final answer\n")
+                self.answer(text)
+                return
+            text, calls = await self._call(f"\n▸ Step {self.calls + 1}\n", context, self._tools(), self.max_tokens)
             if not calls:
                 if self.cut and self.tokens >= self.plan.tokens:  # cut short by what was left of the budget
                     self._stop("tokens", f"its token budget ({self.plan.tokens} tokens)", text)
                     return
+                self.finish_reason = "length" if self.cut else ""  # cut at max_tokens: Continue goes on
                 self.log("\n✓ Final answer\n")
                 self.answer(text)
                 return
             await self._run_tools(text, calls)
+            if self.plan.steps - self.calls <= 2:  # no room for a check and a step after it
+                continue
             if not await self._budget_left():
                 return
             checked = [*context, *self.run[-len(calls) - 1 :], _user(EVALUATE)]
-            verdict, _ = await self._call("\n▸ Check: ", checked, None, CHECK_TOKENS)
-            if verdict.lstrip().upper().startswith("REPLAN"):
-                if not await self._budget_left():
-                    return
-                context = [*self.messages, *self.run, _user(REPLAN)]
-                text, _ = await self._call("\n▸ Revised plan\n", context, None, PLAN_TOKENS)
-                self.run.append({"role": "assistant", "content": f"Revised plan:\n{text}"})
+            said, _ = await self._call("\n▸ Check: ", checked, self._tools(), CHECK_TOKENS, "none")
+            verdict = VERDICT.search(said[:200])
+            if verdict is None:
+                self.log("(no verdict: going on)\n")
+            elif verdict[1].upper().replace("-", "").startswith("RE") and self.plan.steps - self.calls > 2:
+                replanning = [*context, *self.run[-len(calls) - 1 :], _user(REPLAN)]
+                text, _ = await self._call("\n▸ Revised plan\n", replanning, self._tools(), PLAN_TOKENS, "none")
+                self.plan_text = f"{self.plan_text}\n\nRevised plan:\n{text}"
+
+    def _tools(self) -> list[dict[str, Any]]:
+        return self.plan.tools.schemas()
+
+    def _with_plan(self, system: ChatMessage) -> ChatMessage:
+        content = f"{system.get('content') or ''}\n\n{STEP}\n\n{self.plan_text}".strip()
+        return {**system, "content": content}
 
     async def _budget_left(self) -> bool:
         if self.calls >= self.plan.steps:
@@ -134,42 +175,48 @@ class AgentRun:
         left = self.plan.tokens - self.tokens
         return max(1, min(wanted, left) if wanted else left)
 
-    @staticmethod
-    def _with_step(system: ChatMessage) -> ChatMessage:
-        return {**system, "content": f"{system.get('content') or ''}\n\n{STEP}".strip()}
-
     async def _call(
-        self, heading: str, messages: list[ChatMessage], tools: list[dict[str, Any]] | None, max_tokens: int | None
+        self,
+        heading: str,
+        messages: list[ChatMessage],
+        tools: list[dict[str, Any]] | None,
+        max_tokens: int | None,
+        tool_choice: str | None = None,
     ) -> tuple[str, list[ToolCall]]:
-        """One model call: its words stream into the log under `heading`."""
+        """One model call: its words stream into the log under `heading`. Its tokens count
+        whatever happens (a stop or a failure mid-call too: the room's budget and cost)."""
         self.calls += 1
         await self.state(self.label())
         self.log(heading)
         words: list[str] = []
         calls: list[ToolCall] = []
-        self.cut = False
         counted = 0
         usage: Usage | None = None
-        async for item in self.call_model(messages, tools, self._room(max_tokens)):
-            if isinstance(item, str):
-                if self.first_at is None:
-                    self.first_at = asyncio.get_running_loop().time()
-                counted += 1
-                words.append(item)
-                self.log(item)
-            elif isinstance(item, ToolCall):
-                calls.append(item)
-            elif isinstance(item, Usage):
-                usage = item
-            elif isinstance(item, Thought):
-                counted += 1
-            elif isinstance(item, Finish):
-                self.cut = item.reason == "length"
-        self.chunks += counted
-        used = usage.completion_tokens if usage and usage.completion_tokens is not None else None
-        self.tokens += used if used is not None else counted + len(calls)
-        if usage and usage.prompt_tokens is not None:
-            self.prompt_tokens = (self.prompt_tokens or 0) + usage.prompt_tokens
+        self.cut = False
+        try:
+            async for item in self.call_model(messages, tools, self._room(max_tokens), tool_choice):
+                if isinstance(item, str):
+                    if self.first_at is None:
+                        self.first_at = asyncio.get_running_loop().time()
+                    counted += 1
+                    words.append(item)
+                    self.log(item)
+                elif isinstance(item, ToolCall):
+                    calls.append(item)
+                elif isinstance(item, Usage):
+                    usage = item
+                elif isinstance(item, Thought):
+                    counted += 1
+                elif isinstance(item, Finish):
+                    self.cut = item.reason == "length"
+        finally:
+            self.chunks += counted
+            used = usage.completion_tokens if usage and usage.completion_tokens is not None else None
+            self.tokens += used if used is not None else counted + len(calls)
+            read = usage.prompt_tokens if usage and usage.prompt_tokens is not None else None
+            if read is None:  # no usage from the provider: ~4 characters a token, of this call's context
+                read = sum(len(str(m.get("content") or "")) for m in messages) // 4
+            self.prompt_tokens = (self.prompt_tokens or 0) + read
         if words and not words[-1].endswith("\n"):
             self.log("\n")
         return "".join(words), calls
@@ -189,11 +236,13 @@ class AgentRun:
         )
         for c in calls:
             self.log(f"→ {c.name}({_short(arguments_shown(c.arguments), 200)})\n")
+        over, calls = calls[MAX_CALLS_PER_STEP:], calls[:MAX_CALLS_PER_STEP]
         if self.first_at is None:
             self.first_at = asyncio.get_running_loop().time()
         await self.state(self.label("running tools"))
-        results = await asyncio.gather(*(self._tool(c) for c in calls))
-        for c, (ok, result) in zip(calls, results, strict=True):
+        results: list[tuple[bool, str]] = list(await asyncio.gather(*(self._tool(c) for c in calls)))
+        results += [(False, f"not run: at most {MAX_CALLS_PER_STEP} tool calls a step")] * len(over)
+        for c, (ok, result) in zip([*calls, *over], results, strict=True):
             mark = "←" if ok else "✗"
             self.log(f"{mark} {c.name}: {_short(result, SHOWN_RESULT_CHARS)}\n")
             self.run.append({"role": "tool", "tool_call_id": c.id, "content": result if ok else f"error: {result}"})
@@ -207,13 +256,55 @@ class AgentRun:
             return False, f"timed out after {timeout:g} s"
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # ToolError: its message; anything else: its kind, never a crash of the run
-            message = str(exc) or type(exc).__name__
-            return False, message[:500]
+        except Exception as exc:  # a tool's own error is shown; anything else is logged, never shown
+            if isinstance(exc, ToolFailed):
+                return False, (str(exc) or type(exc).__name__)[:500]
+            log.exception("tool %s failed", call.name)
+            return False, f"internal error ({type(exc).__name__})"
 
     def label(self, doing: str = "") -> str:
         used = f"step {self.calls} of {self.plan.steps} · {self.tokens:,} of {self.plan.tokens:,} tokens"
         return f"{used} · {doing}" if doing else used
+
+
+def for_reply(
+    live: LiveReply,
+    plan: AgentPlan,
+    coalescer: Coalescer,
+    thinker: Coalescer,
+    slots: SharedSlots | None,
+    on_queued: Callable[[int], Awaitable[None]],
+    on_started: Callable[[str], Awaitable[None]],
+) -> AgentRun:
+    """The run of `live`'s job: its calls go through the provider's pool, its answer into the
+    reply's text (`coalescer`), its log into the reply's thinking (`thinker`)."""
+    job = live.job
+
+    def call_model(
+        messages: list[ChatMessage], tools: list[dict[str, Any]] | None, max_tokens: int | None, choice: str | None
+    ) -> Any:
+        return stream_reply(
+            job.provider,
+            job.model,
+            messages,
+            temperature=job.temperature,
+            max_tokens=max_tokens,
+            on_queued=on_queued,
+            on_started=on_started,
+            slots=slots,
+            tools=tools,
+            tool_choice=choice,
+        )
+
+    def answer(text: str) -> None:
+        live.parts.append(text)
+        coalescer.push(text)
+
+    def log(text: str) -> None:
+        live.thoughts.append(text)
+        thinker.push(text)
+
+    return AgentRun(plan, job.messages, call_model, answer, log, live.sink.state, max_tokens=job.max_tokens)
 
 
 def _user(text: str) -> ChatMessage:

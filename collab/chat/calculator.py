@@ -1,4 +1,4 @@
-"""The agents' calculator (docs/agents.md, "Built-in tools"): arithmetic parsed with
+"""The agents' calculator (docs/wire.md, "agents' tools"): arithmetic parsed with
 `ast.parse(expr, mode="eval")` and evaluated by walking an allow-list of nodes. Nothing
 is ever passed to eval or exec; names, attributes, subscripts, keywords, strings and
 comprehensions are refused. Caps keep every expression cheap: its length, its nesting,

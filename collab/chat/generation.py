@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from collab.chat import metrics
-from collab.chat.agent import AgentPlan, AgentRun
+from collab.chat.agent import AgentPlan, for_reply
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.pool import ProviderConfig, SharedSlots, stream_reply
@@ -217,9 +217,9 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     try:
         if job.agent is not None:  # the log is the reply's thinking channel (agent.py)
             thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
-            run = _agent_run(live, job.agent, coalescer, thinker, slots, on_queued, on_started)
+            run = for_reply(live, job.agent, coalescer, thinker, slots, on_queued, on_started)
             try:
-                async with asyncio.timeout(job.provider.total_timeout_s):
+                async with asyncio.timeout(job.provider.total_timeout_s * min(job.agent.steps, 4)):  # several calls
                     await run.go()
             finally:
                 first_at, chunks, finish_reason = run.first_at, run.chunks, run.finish_reason
@@ -282,41 +282,6 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         await _finish(live, coalescer, status, error, started, first_at, chunks, usage, finish_reason)
 
 
-def _agent_run(
-    live: LiveReply,
-    plan: AgentPlan,
-    coalescer: Coalescer,
-    thinker: Coalescer,
-    slots: SharedSlots | None,
-    on_queued: Callable[[int], Awaitable[None]],
-    on_started: Callable[[str], Awaitable[None]],
-) -> AgentRun:
-    job = live.job
-
-    def call_model(messages: list[ChatMessage], tools: list[dict[str, Any]] | None, max_tokens: int | None) -> Any:
-        return stream_reply(
-            job.provider,
-            job.model,
-            messages,
-            temperature=job.temperature,
-            max_tokens=max_tokens,
-            on_queued=on_queued,
-            on_started=on_started,
-            slots=slots,
-            tools=tools,
-        )
-
-    def answer(text: str) -> None:
-        live.parts.append(text)
-        coalescer.push(text)
-
-    def log(text: str) -> None:
-        live.thoughts.append(text)
-        thinker.push(text)
-
-    return AgentRun(plan, job.messages, call_model, answer, log, live.sink.state, max_tokens=job.max_tokens)
-
-
 async def _finish(
     live: LiveReply,
     coalescer: Coalescer,
@@ -341,7 +306,8 @@ async def _finish(
         prompt_tokens=usage.prompt_tokens if usage else None,
         duration_ms=(ended - started) * 1000,
         # Tokens after the first, over the time they took: the stream's own rate.
-        tps=(tokens - 1) / streaming_s if tokens > 1 and streaming_s > 0 else None,
+        # (None for an agent's run: its time holds tools and several calls)
+        tps=(tokens - 1) / streaming_s if tokens > 1 and streaming_s > 0 and live.steps is None else None,
         reasoning="".join(live.thoughts),
         finish_reason=finish_reason if status == "done" else "",
         steps=live.steps,

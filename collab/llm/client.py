@@ -237,14 +237,16 @@ async def stream_chat(
     temperature: float | None = None,
     max_tokens: int | None = None,
     tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
 ) -> AsyncGenerator[str | Thought | ToolCall | Usage | Finish, None]:
     """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then
     the `ToolCall`s it asks for (when `tools` were offered; once the finish_reason came),
     then a `Usage` if the provider sent one, then a `Finish` if it stopped for another
     reason than its own end or its tool calls (docs/wire.md: "length").
 
-    `tools`: OpenAI function-calling schemas, sent when not empty (`tool_choice` is the
-    provider's default, "auto").
+    `tools`: OpenAI function-calling schemas, sent when not empty; `tool_choice` with them
+    ("none": the model must answer in text, though the request holds tool turns; unset:
+    the provider's default, "auto").
 
     Raises LLMError for every failure, before or after the first piece. The caller
     applies the total timeout (it owns the clock that also covers its own work).
@@ -262,6 +264,8 @@ async def stream_chat(
         body["max_tokens"] = max_tokens
     if tools:
         body["tools"] = tools
+        if tool_choice:
+            body["tool_choice"] = tool_choice
     calls: list[_Call] = []  # tool calls being assembled (rare: a plain reply has none)
     by_index: dict[int, _Call] = {}
     finished = ""  # the finish_reason, once one came

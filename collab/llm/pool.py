@@ -143,6 +143,7 @@ async def stream_reply(
     temperature: float | None = None,
     max_tokens: int | None = None,
     tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
     on_queued: Callable[[int], Awaitable[None]] | None = None,
     on_started: Callable[[str], Awaitable[None]] | None = None,
     slots: SharedSlots | None = None,
@@ -172,6 +173,7 @@ async def stream_reply(
                     temperature=temperature,
                     max_tokens=max_tokens,
                     tools=tools,
+                    tool_choice=tool_choice,
                 )
                 async with aclosing(stream):
                     async for item in stream:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from collab.loadtest.agents import agent_line, agent_report
 from collab.loadtest.stats import Collector, percentiles
 
 __all__ = [
@@ -99,6 +100,9 @@ def build_step(
         "redis_cpu_percent": resources.get("redis_cpu_percent"),
         "redis_ops_per_reply": resources.get("redis_ops_per_reply"),
     }
+    agents = agent_report(col)
+    if agents is not None:  # agent runs (collab/loadtest/agents.py)
+        report["agents"] = agents
     report["details"] = {
         "complete": complete,
         "model_ttft_subtracted_ms": round(shift, 1),
@@ -234,6 +238,7 @@ def table(steps: Sequence[Mapping[str, Any]], markdown: bool = False) -> str:
     widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in _COLUMNS]
     lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
     lines += ["  ".join(r[k].rjust(w) for k, w in zip(keys, widths, strict=True)) for r in rows]
+    lines += [line for s in steps if (line := agent_line(s.get("agents"), f" ({s['params'].get('rooms')} rooms)"))]
     return "\n".join(lines)
 
 
@@ -256,6 +261,8 @@ def summary(step: Mapping[str, Any]) -> str:
             f" lost {step['chars_lost']}, failed {step['replies_failed']}, errors {step['errors']},"
             f" server CPU {step['server_cpu_percent']}%, generator CPU {step['generator_cpu_percent']}%"
         )
+    if step.get("agents"):
+        line += "\n  " + agent_line(step["agents"])
     servers = step.get("servers") or []
     if len(servers) > 1:
         each = [

@@ -33,6 +33,7 @@ import gevent
 import gevent.event
 import gevent.lock
 
+from collab.loadtest.agents import AgentWatch, post_in_turn
 from collab.loadtest.client import LoginError, http_login
 from collab.loadtest.config import RunConfig, ws_base
 from collab.loadtest.stats import Collector
@@ -147,6 +148,7 @@ class RoomRun:
         self._canon: dict[int, tuple[str, bool]] = {}
         self._final_frames: dict[int, Parsed] = {}
         self._mention_text = " ".join("@" + a for a in self.assistants[: max(0, cfg.mentions)])
+        self.agents = AgentWatch(collector, cfg.agent_script, cfg.tps, cfg.tick_ms) if cfg.agent_script else None
 
     # --- Locust reporting ----------------------------------------------------------------
 
@@ -297,6 +299,8 @@ class RoomRun:
             if post is not None and post.poster == c.index:
                 c.posting.append((post.at, now))
         kind = parsed.kind
+        if self.agents is not None and (kind == "other" or kind == "final"):
+            self.agents.on_frame(c.index, data, parsed, now)
         if kind != "snapshot" and kind != "error":
             self.collector.count("deliveries_total")
             if in_window:
@@ -418,6 +422,7 @@ class RoomRun:
             col.count("replies_failed")
             col.error(f"reply.{status}")
             self._live("failed")
+        agent = self.agents is not None and self.agents.finish(msg, post.at if post else None, final, self.conns)
         states = [(c, st) for c in self.conns if (st := c.replies.pop(msg, None)) is not None]
         texts = {c.index: "".join(st.parts) for c, st in states}
         final_words = final.final_words() if final is not None and status == "done" else None
@@ -452,7 +457,8 @@ class RoomRun:
                     exc = None if status == "done" and not bad else AssertionError(f"reply {msg}: {status}")
                     self._event("reply", ms, len(text), exc)
         if post is not None and n_tokens:
-            self._timing(post, states, ends)
+            if not agent:  # an agent's answer comes whole after its run: its log is timed instead
+                self._timing(post, states, ends)
             lo, hi = self.window
             overlap = min(last_end or time.perf_counter(), hi) - max(post.at, lo)
             if overlap > 0:
@@ -547,6 +553,8 @@ class RoomRun:
         nonce = "lt" + uuid.uuid4().hex[:16]
         question = self.rng.choice(_QUESTIONS)
         text = f"{self._mention_text} {nonce} {question}?".strip()
+        if self.agents is not None:
+            text = self.agents.prompt(self._mention_text, nonce)
         frame = json.dumps({"text": text, "client_id": str(uuid.uuid4())})
         post = Post(nonce, time.perf_counter(), c.index, self.cfg.mentions)
         self.posts[nonce] = post
@@ -564,7 +572,9 @@ class RoomRun:
         cfg = self.cfg
         self.window = (go_at, go_at + cfg.duration_s)
         gevent.sleep(max(0.0, go_at - time.perf_counter()))
-        if cfg.post_rate > 0 and self.assistants and cfg.mentions > 0:
+        if cfg.runs > 0 and self.assistants:  # that many posts, each after the last reply ended
+            post_in_turn(cfg.runs, self.post, self._busy, go_at + cfg.duration_s + cfg.drain_s)
+        elif cfg.post_rate > 0 and self.assistants and cfg.mentions > 0:
             at = go_at + self.rng.expovariate(cfg.post_rate)
             n = 0
             while at < self.window[1]:
@@ -574,14 +584,13 @@ class RoomRun:
                 at += self.rng.expovariate(cfg.post_rate)
         gevent.sleep(max(0.0, self.window[1] - time.perf_counter()))
 
+    def _busy(self) -> bool:  # replies streaming, or posts the server has not shown yet
+        return bool(self.pending_finals) or any(not p.answered for p in self.posts.values())
+
     def drain(self) -> None:
         """Wait for the replies in flight to end everywhere, then judge what is left."""
         deadline = time.perf_counter() + self.cfg.drain_s
-
-        def busy() -> bool:  # replies streaming, or posts the server has not shown yet
-            return bool(self.pending_finals) or any(not p.answered for p in self.posts.values())
-
-        while busy() and time.perf_counter() < deadline:
+        while self._busy() and time.perf_counter() < deadline:
             gevent.sleep(0.05)
         for msg in list(self.pending_finals):
             del self.pending_finals[msg]

@@ -33,6 +33,10 @@ class Scenario:
     workers: int = 0  # Locust worker processes (0: one process, the local runner)
     processes: int = 1  # Daphne server processes; member i of a room connects to process i mod N
     stop_at_knee: bool = True  # a sweep stops after the first level past the knee
+    # Agents (issue 13): the seeded assistants are agents and every post is this script of
+    # tool calls for the simulated model (collab/simulator/README.md, "Tool calls (agents)").
+    agent_script: str = ""
+    runs: int = 0  # > 0: that many posts per room, one after another, instead of Poisson arrivals
 
     @property
     def sweep(self) -> bool:
@@ -43,6 +47,10 @@ class Scenario:
         return self.offered <= 0
 
     def reply_s(self) -> float:
+        if self.agent_script:  # a plan (<= 300 tokens), per round a step and a check, the answer
+            rounds = self.agent_script.count("{{next}}") + 1
+            tokens = min(300, self.reply_tokens) + 20 * rounds + self.reply_tokens
+            return (2 + 2 * rounds) * self.ttft_ms / 1000.0 + tokens / self.tps
         return self.ttft_ms / 1000.0 + self.reply_tokens / self.tps
 
     def post_rate(self) -> float:
@@ -92,6 +100,14 @@ SCENARIOS: dict[str, Scenario] = {
         coalesce_ms=0.0,
         layer="core",
         login="session",
+    ),
+    "agents": Scenario(
+        "agents",
+        "one room of 10, every post @mentions an agent scripted to call tools in 2 rounds, at 750 tokens/s",
+        levels=[1],
+        offered=1.0,
+        duration_s=30.0,
+        agent_script='{{tool calculate {"expression": "6*7"}}}{{next}}{{tool current_time {}}}',
     ),
     "idle": Scenario(
         "idle",

@@ -217,7 +217,7 @@ class Stack:
         self._manage(
             "seed_loadtest", "--rooms", str(rooms), "--users-per-room", str(members),
             "--assistants", str(sc.assistants), "--output", str(seed), "--password", PASSWORD,
-            "--prefix", "load",
+            "--prefix", "load", *(["--agents"] if sc.agent_script else []),
         )  # fmt: skip
         if sc.login == "session":
             with_sessions = self.workdir / "seed-sessions.json"

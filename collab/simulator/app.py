@@ -226,7 +226,8 @@ class SimulatorApp:
         config = self.config
         self.stats.completions += 1
         # A scripted reply (tool calls, a verdict: tools.py) instead of the text, if any.
-        script = req.script = script_for(req.messages, req.tools, config.seed, req.model)
+        offered = None if req.tool_choice == "none" else req.tools  # "none": text, as the API says
+        script = req.script = script_for(req.messages, offered, config.seed, req.model)
         # n: completion tokens, the reasoning ones (think@N) first; max_tokens counts both.
         n = req.spec.think + (config.reply_tokens if script is None else len(script.pieces))
         finish_reason = "stop" if script is None else script.finish_reason

@@ -50,6 +50,7 @@ class Completion:
     include_usage: bool
     max_tokens: int | None
     tools: list[dict[str, Any]] | None = None  # function-calling schemas, as sent
+    tool_choice: str | None = None  # "none": answer in text whatever the tools (only the string forms)
     script: Script | None = None  # the scripted reply (tools.script_for), set by the app
 
 
@@ -168,4 +169,8 @@ def parse_completion(body: bytes) -> Completion:
     tools = data.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
         raise HTTPError(400, "'tools' must be an array of objects.", param="tools")
-    return Completion(model, spec, messages, stream, include_usage, max_tokens, tools)
+    choice = data.get("tool_choice")
+    if choice is not None and not isinstance(choice, (str, dict)):
+        raise HTTPError(400, "'tool_choice' must be a string or an object.", param="tool_choice")
+    tool_choice = choice if isinstance(choice, str) else None
+    return Completion(model, spec, messages, stream, include_usage, max_tokens, tools, tool_choice)

@@ -161,10 +161,7 @@ def script_for(
             return None
         r = sum(1 for m in messages[at + 1 :] if m.get("role") == "assistant" and m.get("tool_calls"))
         return tool_round(r, directives.rounds[r]) if r < len(directives.rounds) else None
-    revised = any(
-        m.get("role") == "assistant" and _content_text(m.get("content")).lstrip().startswith("Revised plan")
-        for m in messages
-    )
+    revised = any("Revised plan" in _content_text(m.get("content")) for m in messages)  # one replan only
     head = ["REPLAN", ":"] if directives.replan and not revised else ["ON", " PLAN", ":"]
     words = simulated_tokens(messages, seed, base_model(model) + "-verdict", VERDICT_WORDS)
     return Script((*head, " " + words[0], *words[1:]))

@@ -24,6 +24,7 @@ from django.contrib.auth.models import User
 from collab.chat import calculator, shared
 from collab.chat.actions import history
 from collab.chat.actions.rooms import members_of
+from collab.chat.agent import ToolFailed
 from collab.chat.errors import ClientError
 from collab.chat.models import Assistant, Ban, Membership, Message, Room
 
@@ -40,7 +41,7 @@ SEARCH_LINE_CHARS = 300
 MAX_ID = 2**53  # a seq or id beyond any row (and within every database's integers)
 
 
-class ToolError(Exception):
+class ToolError(ToolFailed):
     """Why a call failed: its message is shown to the model and the room (never a secret)."""
 
 
@@ -56,22 +57,18 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-ROOM_ARG = {
-    "type": ["string", "integer"],
-    "description": "Another room of the asker's, by slug or id (default: this room).",
-}
 BUILTINS: list[ToolSpec] = [
     ToolSpec(
         "search_room",
-        "Search a room's messages (every word must match). Returns up to 10 matches, newest first, "
+        "Search this room's messages (every word must match). Returns up to 10 matches, newest first, "
         "as '#seq author: text'.",
-        _object({"query": {"type": "string", "description": "Words to find."}, "room": ROOM_ARG}, ["query"]),
+        _object({"query": {"type": "string", "description": "Words to find."}}, ["query"]),
         BUILTIN_TIMEOUT_S,
     ),
     ToolSpec(
         "read_message",
-        "Read one message of a room in full, by its number (seq).",
-        _object({"seq": {"type": "integer", "description": "The message's number."}, "room": ROOM_ARG}, ["seq"]),
+        "Read one message of this room in full, by its number (seq).",
+        _object({"seq": {"type": "integer", "description": "The message's number."}}, ["seq"]),
         BUILTIN_TIMEOUT_S,
     ),
     ToolSpec(
@@ -149,23 +146,14 @@ def parse_arguments(spec: ToolSpec, arguments: str) -> dict[str, Any]:
 # --- the built-ins' database work (sync, called through database_sync_to_async) ---------------
 
 
-def _member_room(ref: str | int | None, here: Room, asker_id: int | None) -> Room:
-    """The room named (default: this one), if the asker is a member of it and not banned."""
-    if ref is None or ref == "" or ref == here.slug or ref == here.pk:
-        room: Room | None = here
-    elif isinstance(ref, int) or ref.strip().isdecimal():
-        pk = int(ref)
-        room = Room.objects.filter(pk=pk).first() if 0 < pk < MAX_ID else None
-    else:
-        room = Room.objects.filter(slug=ref.strip().lstrip("#")).first()
-    if room is None or asker_id is None:
-        if room is here:
-            return here  # no asker (nobody to check): this room's shared messages only
-        raise ToolError("not a member of that room")
-    member = Membership.objects.filter(room=room, user_id=asker_id).exists()
-    if not member or Ban.objects.filter(room=room, user_id=asker_id).exists():
-        raise ToolError("not a member of that room" if room is not here else "the asker is no longer a member here")
-    return room
+def _check_member(here: Room, member_id: int | None) -> None:
+    """The run's reader (its asker, or a personal run's recipient) must still be a member
+    of the room, and not banned, at each call."""
+    if member_id is None:
+        return  # nobody to check (the asker's account is gone): this room's shared messages only
+    member = Membership.objects.filter(room=here, user_id=member_id).exists()
+    if not member or Ban.objects.filter(room=here, user_id=member_id).exists():
+        raise ToolError("the asker is no longer a member here")
 
 
 def _line(message: Message, limit: int) -> str:
@@ -174,22 +162,23 @@ def _line(message: Message, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _search(here: Room, asker_id: int | None, reply_id: int, query: str, ref: str | int | None) -> str:
-    room = _member_room(ref, here, asker_id)
+def _search(here: Room, member_id: int | None, reader_id: int | None, reply_id: int, query: str) -> str:
+    _check_member(here, member_id)
+    room = here
     try:
         q = history.check_query(query)
     except ClientError as exc:
         raise ToolError(f"search_room: {exc.message}") from None
-    found = history.search(room, asker_id or 0, q).exclude(pk=reply_id)[:SEARCH_RESULTS]
+    found = history.search(room, reader_id or 0, q).exclude(pk=reply_id)[:SEARCH_RESULTS]
     lines = [_line(m, SEARCH_LINE_CHARS) for m in found]
     if not lines:
         return f"no messages match {q!r} in {room.slug}"
     return "\n".join(lines)
 
 
-def _read(here: Room, asker_id: int | None, seq: int, ref: str | int | None) -> str:
-    room = _member_room(ref, here, asker_id)
-    found = Message.objects.visible_to(asker_id or 0).filter(room=room, seq=seq) if 0 < seq < MAX_ID else None
+def _read(here: Room, member_id: int | None, reader_id: int | None, seq: int) -> str:
+    _check_member(here, member_id)
+    found = Message.objects.visible_to(reader_id or 0).filter(room=here, seq=seq) if 0 < seq < MAX_ID else None
     message = found.select_related("reply_to").first() if found is not None else None
     if message is None:
         return f"no message #{seq}"
@@ -202,8 +191,8 @@ def _read(here: Room, asker_id: int | None, seq: int, ref: str | int | None) -> 
     return f"{head}):\n{message.text}"
 
 
-def _members(here: Room, asker_id: int | None, online: set[int] | None) -> str:
-    _member_room(None, here, asker_id)
+def _members(here: Room, member_id: int | None, online: set[int] | None) -> str:
+    _check_member(here, member_id)
     rows = members_of(here.pk, online)
     if online is None:
         lines = [f"{r['username']} ({r['role']})" for r in rows] + ["online: unknown"]
@@ -221,11 +210,14 @@ def _members(here: Room, asker_id: int | None, online: set[int] | None) -> str:
 
 @dataclass
 class Toolbox:
-    """The tools of one agent run, for one asker in one room."""
+    """The tools of one agent run, in one room. They read what everyone who sees the run
+    may see: a shared run, the room's shared messages only (its log reaches every member);
+    a personal run (`/each`), those and its recipient's own personal replies."""
 
     room: Room
-    asker_id: int | None
+    asker_id: int | None  # who must still be a member: the asker, or a personal run's recipient
     reply_id: int
+    reader_id: int | None = None  # a personal run's recipient; None: shared messages only
     specs: list[ToolSpec] = field(default_factory=list)
     http: dict[str, HttpTool] = field(default_factory=dict)
 
@@ -267,10 +259,10 @@ class Toolbox:
             return datetime.now(UTC).isoformat(timespec="seconds")
         if name == "search_room":
             return await database_sync_to_async(_search)(
-                self.room, self.asker_id, self.reply_id, args["query"], args.get("room")
+                self.room, self.asker_id, self.reader_id, self.reply_id, args["query"]
             )
         if name == "read_message":
-            return await database_sync_to_async(_read)(self.room, self.asker_id, args["seq"], args.get("room"))
+            return await database_sync_to_async(_read)(self.room, self.asker_id, self.reader_id, args["seq"])
         if name == "room_members":
             online: set[int] | None
             try:
@@ -288,8 +280,9 @@ def toolbox_for(assistant: Assistant, room: Room, asker: User | None, reply: Mes
     attached = [t for t in http_tools.attached(assistant) if t.spec.name not in BUILTIN_NAMES]
     return Toolbox(
         room=room,
-        asker_id=asker.pk if asker is not None else None,
+        asker_id=reply.recipient_id or (asker.pk if asker is not None else None),
         reply_id=reply.pk,
+        reader_id=reply.recipient_id,
         specs=[*BUILTINS, *(t.spec for t in attached)],
         http={t.spec.name: t for t in attached},
     )

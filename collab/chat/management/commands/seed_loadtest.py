@@ -27,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--output", required=True, help="JSON file to write ('-' for stdout)")
         parser.add_argument("--prefix", default="load", help="name prefix of rooms, users and assistants")
         parser.add_argument("--password", default="", help="one password for all (default: random)")
+        parser.add_argument("--agents", action="store_true", help="the assistants are agents (is_agent)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         rooms, users, assistants = opts["rooms"], opts["users_per_room"], opts["assistants"]
@@ -35,7 +36,7 @@ class Command(BaseCommand):
         prefix: str = opts["prefix"]
         if not prefix.isalnum():
             raise CommandError("--prefix must be letters and digits")
-        data = self.seed(prefix, rooms, users, assistants, opts["password"])
+        data = self.seed(prefix, rooms, users, assistants, opts["password"], opts["agents"])
         text = json.dumps(data, indent=1)
         if opts["output"] == "-":
             self.stdout.write(text)
@@ -44,13 +45,15 @@ class Command(BaseCommand):
             self.stderr.write(f"seeded {rooms} rooms x {users} users, {assistants} assistants -> {opts['output']}")
 
     @transaction.atomic
-    def seed(self, prefix: str, n_rooms: int, n_users: int, n_assistants: int, password: str) -> dict[str, Any]:
+    def seed(
+        self, prefix: str, n_rooms: int, n_users: int, n_assistants: int, password: str, agents: bool = False
+    ) -> dict[str, Any]:
         default = providers.ensure_default_assistant()  # the default provider follows the environment
         bots = []
         for i in range(1, n_assistants + 1):
             bot, _ = Assistant.objects.update_or_create(
                 handle=f"{prefix}bot{i}",
-                defaults={"display_name": f"Bot {i}", "provider": default.provider, "model": ""},
+                defaults={"display_name": f"Bot {i}", "provider": default.provider, "model": "", "is_agent": agents},
             )
             bots.append(bot)
         # One password for every account, hashed once: PBKDF2 per account would make a

@@ -57,6 +57,7 @@ class Command(BaseCommand):
         parser.add_argument("--tps", type=float, help="the model's tokens/s")
         parser.add_argument("--ttft-ms", type=float, help="the model's time to first token")
         parser.add_argument("--reply-tokens", type=int, help="tokens per reply")
+        parser.add_argument("--runs", type=int, help="posts per room, one after another (not Poisson)")
         parser.add_argument("--tick-ms", type=float, help="the simulator's write tick")
         parser.add_argument("--coalesce-ms", type=float, help="COLLAB_COALESCE_MS for the server")
         parser.add_argument("--layer", choices=["memory", "pubsub", "core"], help="the channel layer")
@@ -110,6 +111,7 @@ class Command(BaseCommand):
             "login": "login",
             "workers": "workers",
             "processes": "processes",
+            "runs": "runs",
         }
         for opt, field in overrides.items():
             if o[opt] is not None:
