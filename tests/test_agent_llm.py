@@ -351,3 +351,23 @@ async def test_reasoning_model_thinks_then_calls(sim: tuple[str, SimulatorApp]) 
     items = await ask(url, [user("{{tool current_time}}")], model="sim+think@3")
     assert [type(i) for i in items] == [Thought, Thought, Thought, ToolCall, Usage]
     assert calls_of(items) == [ToolCall("call_0_0", "current_time", "{}")]
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [user("hi"), {"role": "tool", "tool_call_id": "call_x", "content": "42"}],  # answers no call
+        [
+            user("hi"),
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+             "function": {"name": "calculate", "arguments": "{}"}}]},
+            user("and?"),  # the call was never answered
+        ],
+    ],
+)  # fmt: skip
+async def test_the_simulator_refuses_tool_turns_the_api_refuses(sim: tuple[str, SimulatorApp], messages: Any) -> None:
+    """As OpenAI's API does (400): so that the agent tests catch a request a real provider
+    would refuse."""
+    with pytest.raises(LLMError) as refused:
+        await ask(sim[0], messages)
+    assert refused.value.kind == "bad_request" and "tool" in refused.value.message

@@ -40,7 +40,9 @@ class Assistant(models.Model):
         "agent", default=False, help_text="Plans, calls tools, checks its steps and re-plans (within the budgets)."
     )
     agent_steps = models.PositiveSmallIntegerField(
-        default=8, validators=[MinValueValidator(1), MaxValueValidator(50)], help_text="Model calls per run."
+        default=8,
+        validators=[MinValueValidator(3), MaxValueValidator(50)],
+        help_text="Model calls per run (at least 3: a plan, a step, an answer).",
     )
     agent_tokens = models.PositiveIntegerField(
         default=20000, validators=[MinValueValidator(100)], help_text="Completion tokens per run."

@@ -114,6 +114,42 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes | None:
             return b"".join(parts)
 
 
+def _check_tool_turns(messages: list[dict[str, Any]]) -> None:
+    """OpenAI's rules for tool turns, as its API answers them (400): an assistant message
+    with `tool_calls` is followed by one `tool` message per call id, before anything else;
+    a `tool` message answers such a call."""
+    waiting: set[str] = set()  # call ids of the last assistant turn not answered yet
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in waiting:
+                raise HTTPError(
+                    400,
+                    f"Invalid parameter: messages[{i}] with role 'tool' must be a response to a preceding "
+                    "message with 'tool_calls'.",
+                    param=f"messages[{i}]",
+                )
+            waiting.discard(call_id)
+            continue
+        if waiting:
+            raise HTTPError(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'. The following tool_call_ids did not have response messages: {sorted(waiting)}",
+                param=f"messages[{i}]",
+            )
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls:
+            if not isinstance(calls, list):
+                raise HTTPError(400, f"messages[{i}].tool_calls must be an array.", param=f"messages[{i}]")
+            waiting = {c.get("id") for c in calls if isinstance(c, dict)}
+    if waiting:
+        raise HTTPError(
+            400, f"The following tool_call_ids did not have response messages: {sorted(waiting)}", param="messages"
+        )
+
+
 def parse_completion(body: bytes) -> Completion:
     try:
         data = json.loads(body)
@@ -141,6 +177,7 @@ def parse_completion(body: bytes) -> Completion:
                 f"messages[{i}].content must be a string or an array.",
                 param=f"messages[{i}].content",
             )
+    _check_tool_turns(messages)
     stream = data.get("stream", False)
     if stream is None:
         stream = False

@@ -33,7 +33,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='assistant',
             name='agent_steps',
-            field=models.PositiveSmallIntegerField(default=8, help_text='Model calls per run.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(50)]),
+            field=models.PositiveSmallIntegerField(default=8, help_text='Model calls per run (at least 3: a plan, a step, an answer).', validators=[django.core.validators.MinValueValidator(3), django.core.validators.MaxValueValidator(50)]),
         ),
         migrations.AddField(
             model_name='assistant',
