@@ -290,3 +290,15 @@ async def test_a_personal_agent_run_reads_for_its_recipient_not_the_asker(world:
     assert bob_run.recipient_id == world.bob.id and f"← read_message: no message #{seq}" in bob_run.reasoning
     assert "private lens answer" in alice_run.reasoning  # her own, for her alone
     assert "private lens answer" not in "".join(bob.raw)
+
+
+async def test_a_run_counts_against_the_rooms_budget_like_any_reply(world: World) -> None:
+    await agent(world)
+    await Room.objects.filter(pk=world.room.pk).aupdate(budget_tokens=150)  # the run alone spends more
+    async with member(world.alice) as alice:
+        stored = await run_to_end(alice, "@planner {{tool current_time {}}}")
+        assert stored.tokens is not None and stored.tokens > 150  # every call's tokens, together
+        await alice.post("@a and now?")
+        await alice.until(lambda f: bool(f.errors))
+    assert alice.frames.errors[0][0] == "room.budget"
+    assert await Message.objects.filter(room=world.room, assistant__handle="a").acount() == 0
