@@ -182,6 +182,8 @@ def test_saving_a_provider_unchanged_leaves_no_row_and_an_assistant_change_one(w
         "system_prompt": assistant.system_prompt,
         "temperature": str(assistant.temperature),
         "max_tokens": str(assistant.max_tokens),
+        "agent_steps": str(assistant.agent_steps),
+        "agent_tokens": str(assistant.agent_tokens),
     }
     assert client.post(f"/admin/chat/assistant/{assistant.pk}/change/", data).status_code == 302
     entry = AuditEntry.objects.get()

@@ -7,11 +7,10 @@ the admin audits tool changes and refuses non-staff."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from collab.chat import shared
 from collab.chat.actions.tools import BUILTIN_NAMES, Toolbox, ToolError, toolbox_for
 from collab.chat.calculator import CalcError, calculate
 from collab.chat.models import Assistant, AuditEntry, Membership, Message, Provider, Room, Tool
+from tests.httpd import serving
 
 # --- the calculator ---------------------------------------------------------------------------
 
@@ -306,15 +306,8 @@ def server() -> Iterator[Server]:
         def log_message(self, *a: Any) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", seen)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
+    with serving(Handler) as url:
+        yield Server(url, seen)
 
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -43,6 +43,17 @@ async def run_to_end(m: Member, text: str, status: str = "done", timeout: float 
     return await Message.objects.aget(pk=reply_id)
 
 
+def personal_reply(world: World, recipient: Any, text: str) -> int:
+    """A finished personal reply for `recipient` in the room (sync: ORM); its seq."""
+    room = Room.objects.get(pk=world.room.pk)
+    room.last_seq += 1
+    room.save(update_fields=["last_seq"])
+    Message.objects.create(
+        room=room, seq=room.last_seq, role="assistant", author_name="A", text=text, recipient=recipient, status="done"
+    )
+    return room.last_seq
+
+
 def parts(log: str) -> list[str]:
     """The run's log as its parts' first lines, in order (plan, steps, calls, results, checks)."""
     return [line for line in log.splitlines() if line and line[0] in "▸→←✗✓■"]
@@ -203,21 +214,9 @@ async def test_tools_cannot_read_another_room_or_a_personal_reply(world: World) 
         Message.objects.create(
             room=other, seq=1, role="user", author=world.carol, author_name="carol", text="the secret plan"
         )
-        room = Room.objects.get(pk=world.room.pk)
-        room.last_seq += 1
-        room.save(update_fields=["last_seq"])
-        Message.objects.create(
-            room=room, seq=room.last_seq, role="assistant", author_name="A", text="bob's private lens answer",
-            recipient=world.bob, status="done",
-        )  # fmt: skip
-        room.last_seq += 1
-        room.save(update_fields=["last_seq"])
-        Message.objects.create(
-            room=room, seq=room.last_seq, role="assistant", author_name="A", text="alice's own private answer",
-            recipient=world.alice, status="done",
-        )  # fmt: skip
         Membership.objects.create(room=other, user=world.alice)  # the asker is in both rooms
-        return room.last_seq - 1, room.last_seq
+        bobs = personal_reply(world, world.bob, "bob's private lens answer")
+        return bobs, personal_reply(world, world.alice, "alice's own private answer")
 
     bobs, alices = await database_sync_to_async(setup)()
     async with member(world.alice) as alice, member(world.bob) as bob:
@@ -266,14 +265,7 @@ async def test_a_personal_agent_run_reads_for_its_recipient_not_the_asker(world:
 
     def setup() -> int:
         Membership.objects.filter(room=world.room).update(lens="be brief")
-        room = Room.objects.get(pk=world.room.pk)
-        room.last_seq += 1
-        room.save(update_fields=["last_seq"])
-        Message.objects.create(
-            room=room, seq=room.last_seq, role="assistant", author_name="A", text="alice's private lens answer",
-            recipient=world.alice, status="done",
-        )  # fmt: skip
-        return room.last_seq
+        return personal_reply(world, world.alice, "alice's private lens answer")
 
     seq = await database_sync_to_async(setup)()
     async with member(world.alice) as alice, member(world.bob) as bob:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 
 from collab.chat.models import Assistant, Tool
 from tests.conftest import World, make_assistant, member
+from tests.httpd import serving
 from tests.test_agents import STATE, parts, run_to_end
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer", "replies_idle")]
@@ -42,16 +43,11 @@ def tool_server() -> Iterator[str]:
         def log_message(self, *a: Any) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        with serving(Handler) as url:
+            yield url
     finally:
         release.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join()
 
 
 async def agent_with_tool(world: World, name: str, url: str, timeout_s: float = 5.0) -> Assistant:

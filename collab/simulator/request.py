@@ -143,7 +143,7 @@ def _check_tool_turns(messages: list[dict[str, Any]]) -> None:
         if calls:
             if not isinstance(calls, list):
                 raise HTTPError(400, f"messages[{i}].tool_calls must be an array.", param=f"messages[{i}]")
-            waiting = {c.get("id") for c in calls if isinstance(c, dict)}
+            waiting = {c["id"] for c in calls if isinstance(c, dict) and isinstance(c.get("id"), str)}
     if waiting:
         raise HTTPError(
             400, f"The following tool_call_ids did not have response messages: {sorted(waiting)}", param="messages"

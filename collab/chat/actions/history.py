@@ -37,7 +37,7 @@ EXCERPT_CHARS = 240
 # these two are plain controls; escaping happens after, so a text holding them only ever
 # yields <mark> elements).
 _START, _STOP = "\x02", "\x03"
-FIELDS = (*transcripts.FIELDS, "edited_at", "deleted_at", "recipient__username")
+FIELDS: tuple[str, ...] = (*transcripts.FIELDS, "edited_at", "deleted_at", "recipient__username")
 
 
 def check_query(raw: object) -> str:

@@ -20,32 +20,42 @@ def staff_actor(request: HttpRequest) -> moderation.Actor:
     return moderation.Actor(request.user, request.META.get("REMOTE_ADDR") or None)  # type: ignore[arg-type]
 
 
-@admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
-    list_display = ["name", "base_url", "api_key_env", "default_model", "max_concurrency", "price_output_per_m"]
-    search_fields = ["name", "base_url"]
-    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
-    actions = ["benchmark"]
+class AuditedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Each add, change and delete leaves one audit row, "<audit_as>.change" / ".delete",
+    naming the objects by `label` (providers, assistants, agents' tools: they decide where
+    rooms are sent and billed)."""
 
-    def save_model(self, request: HttpRequest, obj: Provider, form: Any, change: bool) -> None:
+    audit_as = ""
+
+    def label(self, obj: Any) -> str:
+        return str(obj.name)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         with transaction.atomic():
             super().save_model(request, obj, form, change)
             if change and not form.changed_data:
                 return  # saved as it was: nothing to record
             fields = ", ".join(form.changed_data) if change else "created"
-            moderation.record(staff_actor(request), "provider.change", detail=f"{obj.name}: {fields}"[:500])
+            detail = f"{self.label(obj)}: {fields}"[:500]
+            moderation.record(staff_actor(request), f"{self.audit_as}.change", detail=detail)
 
-    def delete_model(self, request: HttpRequest, obj: Provider) -> None:
-        with transaction.atomic():
-            name = obj.name
-            super().delete_model(request, obj)
-            moderation.record(staff_actor(request), "provider.delete", detail=name)
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        self.delete_queryset(request, type(obj).objects.filter(pk=obj.pk))
 
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         with transaction.atomic():
-            names = ", ".join(queryset.values_list("name", flat=True))
+            names = ", ".join(self.label(obj) for obj in queryset)
             super().delete_queryset(request, queryset)
-            moderation.record(staff_actor(request), "provider.delete", detail=names[:500])
+            moderation.record(staff_actor(request), f"{self.audit_as}.delete", detail=names[:500])
+
+
+@admin.register(Provider)
+class ProviderAdmin(AuditedAdmin):
+    list_display = ["name", "base_url", "api_key_env", "default_model", "max_concurrency", "price_output_per_m"]
+    search_fields = ["name", "base_url"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+    actions = ["benchmark"]
+    audit_as = "provider"
 
     @admin.action(description="Benchmark the selected providers (1 run of each prompt)")
     def benchmark(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
@@ -58,27 +68,14 @@ class ProviderAdmin(admin.ModelAdmin):
 
 
 @admin.register(Assistant)
-class AssistantAdmin(admin.ModelAdmin):
+class AssistantAdmin(AuditedAdmin):
     list_display = ["handle", "display_name", "provider", "model", "temperature", "max_tokens", "is_default"]
     list_display += ["is_agent"]
     list_filter = ["provider", "is_default", "is_agent"]
     search_fields = ["handle", "display_name"]
     filter_horizontal = ["tools"]  # is_agent, agent_steps, agent_tokens and tools: in the form as model fields
 
-    def save_model(self, request: HttpRequest, obj: Assistant, form: Any, change: bool) -> None:
-        """Audited like a provider: its provider, model and prompt decide what rooms are sent and billed."""
-        with transaction.atomic():
-            super().save_model(request, obj, form, change)
-            if change and not form.changed_data:
-                return
-            fields = ", ".join(form.changed_data) if change else "created"
-            moderation.record(staff_actor(request), "assistant.change", detail=f"@{obj.handle}: {fields}"[:500])
+    audit_as = "assistant"  # its provider, model and prompt decide what rooms are sent and billed
 
-    def delete_model(self, request: HttpRequest, obj: Assistant) -> None:
-        self.delete_queryset(request, Assistant.objects.filter(pk=obj.pk))
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Assistant]) -> None:
-        with transaction.atomic():
-            handles = ", ".join(f"@{h}" for h in queryset.values_list("handle", flat=True))
-            super().delete_queryset(request, queryset)
-            moderation.record(staff_actor(request), "assistant.delete", detail=handles[:500])
+    def label(self, obj: Assistant) -> str:
+        return f"@{obj.handle}"
