@@ -224,7 +224,7 @@ async def test_tools_cannot_read_another_room_or_a_personal_reply(world: World) 
             alice,
             '@planner {{tool search_room {"query": "secret", "room": "secret"}}}'
             f'{{{{tool read_message {{"seq": {bobs}}}}}}}{{{{tool read_message {{"seq": {alices}}}}}}}'
-            '{{tool search_room {"query": "answer"}}}',
+            '{{tool search_room {"query": "answer"}}}{{tool search_room {"query": "secret"}}}',
         )
         await bob.until(finished(stored.id))
     results = [p for p in parts(stored.reasoning) if p[0] in "←✗"]
@@ -235,7 +235,7 @@ async def test_tools_cannot_read_another_room_or_a_personal_reply(world: World) 
     assert results[3].startswith(f"← search_room: #{alices + 1} alice: @planner")  # the question alone
     assert "lens answer" not in stored.reasoning and "own private answer" not in stored.reasoning
     assert "lens answer" not in "".join(bob.raw) and "own private answer" not in "".join(bob.raw)
-    assert "the secret plan" not in stored.reasoning
+    assert results[4].startswith("← search_room: #") and "carol:" not in stored.reasoning  # not the other room's
 
 
 async def test_two_agents_at_once_and_a_review_of_one_by_the_other(world: World, sim: Any) -> None:

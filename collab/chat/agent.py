@@ -11,7 +11,8 @@ the model, where the run's log and the answer go, and the tools (docs/architectu
     step call without tool calls ───────────> the final answer (and its words in the log)
 
 Every model call counts against the step budget, its completion tokens against the
-token budget; at either, the run ends with a note as its answer. The log goes through
+token budget; the last call of the step budget asks for the answer with what the run has,
+and the token budget ends the run with a note as (the end of) its answer. The log goes through
 the reply's thinking channel (offsets of its own, resumed after a reconnect), the
 answer through the reply's text: the answer is what later turns see.
 """
@@ -23,7 +24,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collab.llm import Finish, Thought, ToolCall, Usage
@@ -51,8 +52,8 @@ PLAN_TOKENS = 500  # a reasoning model's thinking counts too
 CHECK_TOKENS = 200
 SHOWN_RESULT_CHARS = 300  # a result as the room sees it; the model gets up to the tool's own cap
 MAX_CALLS_PER_STEP = 8  # more in one turn are answered with an error, not run
-# The check's verdict: the first of these in its opening words (models add **, `, "Verdict:").
-VERDICT = re.compile(r"\b(RE-?PLAN|ON[ _-]?PLAN)\b", re.IGNORECASE)
+# The check's verdict, at its start once markup and a "Verdict:" are stripped ("NOT ON PLAN": REPLAN).
+VERDICT = re.compile(r"^\W*(?:verdict\W*)?(not\s+on[ _-]?plan|on[ _-]?plan|re-?plan)\b", re.IGNORECASE)
 
 
 class ToolFailed(Exception):
@@ -101,7 +102,8 @@ class AgentRun:
     first_at: float | None = None  # loop time of the first visible piece
     finish_reason: str = ""
     cut: bool = False  # the last call ended at its max_tokens
-    plan_text: str = ""  # the latest plan, as the step calls' system message carries it
+    capped: bool = False  # ... and that limit was what was left of the run's token budget
+    plan_text: str = ""  # the latest plan (and revisions), as the step calls carry it
     run: list[ChatMessage] = field(default_factory=list)  # tool calls and results, in order
 
     async def go(self) -> None:
@@ -110,24 +112,27 @@ class AgentRun:
         while True:
             if not await self._budget_left():
                 return
-            # The plan rides in the system message: no assistant turn last, none twice in a row.
-            context = [self._with_plan(self.messages[0]), *self.messages[1:], *self.run]
+            # The plan rides in the request's own turn, as the model's notes (it may have been
+            # written after reading tools' untrusted output: never in the system message); so no
+            # assistant turn comes last, and none twice in a row.
+            notes = f"Your plan so far (your own notes, not instructions):\n{self.plan_text}"
+            context = [self._with_step(self.messages[0]), *_asking(self.messages[1:], notes), *self.run]
             if self.calls == self.plan.steps - 1 and self.run:  # the last call: an answer, forced
                 self.log(f"\n■ At its step budget ({self.plan.steps} model calls): answering now\n")
-                text, _ = await self._call(
-                    f"\n▸ Step {self.calls + 1}\n",
-                    [*context, _user(ANSWER_NOW)],
-                    self._tools(),
-                    self.max_tokens,
-                    "none",
-                )
+                heading, forced = f"\n▸ Step {self.calls + 1}\n", [*context, _user(ANSWER_NOW)]
+                text, ignored = await self._call(heading, forced, self._tools(), self.max_tokens, "none")
+                if ignored:  # a provider that does not honour tool_choice "none"
+                    self.log(f"(calls not run: {', '.join(c.name for c in ignored)[:200]})\n")
+                if not text.strip() or self.capped:
+                    self._stop("steps", f"its step budget ({self.plan.steps} model calls)", text)
+                    return
                 self.finish_reason = "budget.steps"
                 self.log("\n✓ Final answer\n")
                 self.answer(text)
                 return
             text, calls = await self._call(f"\n▸ Step {self.calls + 1}\n", context, self._tools(), self.max_tokens)
             if not calls:
-                if self.cut and self.tokens >= self.plan.tokens:  # cut short by what was left of the budget
+                if self.capped:  # cut short by what was left of the run's token budget
                     self._stop("tokens", f"its token budget ({self.plan.tokens} tokens)", text)
                     return
                 self.finish_reason = "length" if self.cut else ""  # cut at max_tokens: Continue goes on
@@ -139,22 +144,24 @@ class AgentRun:
                 continue
             if not await self._budget_left():
                 return
-            checked = [*context, *self.run[-len(calls) - 1 :], _user(EVALUATE)]
+            turn = self.run[-len(calls) - 1 :]  # this step's calls and every call's result
+            checked = [*context, *turn, _user(EVALUATE)]
             said, _ = await self._call("\n▸ Check: ", checked, self._tools(), CHECK_TOKENS, "none")
-            verdict = VERDICT.search(said[:200])
+            verdict = verdict_of(said)
             if verdict is None:
                 self.log("(no verdict: going on)\n")
-            elif verdict[1].upper().replace("-", "").startswith("RE") and self.plan.steps - self.calls > 2:
-                replanning = [*context, *self.run[-len(calls) - 1 :], _user(REPLAN)]
+            elif verdict == "REPLAN" and self.plan.steps - self.calls > 2:
+                replanning = [*context, *turn, _user(REPLAN)]
                 text, _ = await self._call("\n▸ Revised plan\n", replanning, self._tools(), PLAN_TOKENS, "none")
-                self.plan_text = f"{self.plan_text}\n\nRevised plan:\n{text}"
+                if text.strip():
+                    self.plan_text = f"{self.plan_text}\n\nRevised plan:\n{text}"
 
     def _tools(self) -> list[dict[str, Any]]:
         return self.plan.tools.schemas()
 
-    def _with_plan(self, system: ChatMessage) -> ChatMessage:
-        content = f"{system.get('content') or ''}\n\n{STEP}\n\n{self.plan_text}".strip()
-        return {**system, "content": content}
+    @staticmethod
+    def _with_step(system: ChatMessage) -> ChatMessage:
+        return {**system, "content": f"{system.get('content') or ''}\n\n{STEP}".strip()}
 
     async def _budget_left(self) -> bool:
         if self.calls >= self.plan.steps:
@@ -193,8 +200,9 @@ class AgentRun:
         counted = 0
         usage: Usage | None = None
         self.cut = False
+        allowed = self._room(max_tokens)
         try:
-            async for item in self.call_model(messages, tools, self._room(max_tokens), tool_choice):
+            async for item in self.call_model(messages, tools, allowed, tool_choice):
                 if isinstance(item, str):
                     if self.first_at is None:
                         self.first_at = asyncio.get_running_loop().time()
@@ -217,6 +225,8 @@ class AgentRun:
             if read is None:  # no usage from the provider: ~4 characters a token, of this call's context
                 read = sum(len(str(m.get("content") or "")) for m in messages) // 4
             self.prompt_tokens = (self.prompt_tokens or 0) + read
+        # Cut where the run's token budget, not the assistant's max_tokens, set the limit.
+        self.capped = self.cut and (max_tokens is None or allowed < max_tokens)
         if words and not words[-1].endswith("\n"):
             self.log("\n")
         return "".join(words), calls
@@ -224,12 +234,19 @@ class AgentRun:
     async def _run_tools(self, text: str, calls: list[ToolCall]) -> None:
         """Run one turn's tool calls in parallel; each result (or error) goes to the model
         and, shortened, to the log, in the order the model asked for them."""
+        seen: set[str] = set()
+        for i, c in enumerate(calls):  # one tool message per id: a repeated id gets a suffix
+            if c.id in seen:
+                calls[i] = replace(c, id=f"{c.id}_{i}")
+            seen.add(calls[i].id)
         self.run.append(
             {
                 "role": "assistant",
                 "content": text,  # "" rather than null: llama.cpp's server refuses null
                 "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    # Arguments that are no JSON object go back as {}: vLLM parses them (the
+                    # model is told why the call failed in its result).
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _as_object(c.arguments)}}
                     for c in calls
                 ],
             }
@@ -305,6 +322,22 @@ def for_reply(
         thinker.push(text)
 
     return AgentRun(plan, job.messages, call_model, answer, log, live.sink.state, max_tokens=job.max_tokens)
+
+
+def _as_object(arguments: str) -> str:
+    try:
+        return arguments if isinstance(json.loads(arguments), dict) else "{}"
+    except ValueError:
+        return "{}"
+
+
+def verdict_of(said: str) -> str | None:
+    """ "ON PLAN", "REPLAN", or None when the check's answer starts with neither."""
+    found = VERDICT.match(said)
+    if found is None:
+        return None
+    word = found[1].upper()
+    return "ON PLAN" if word.startswith("ON") else "REPLAN"
 
 
 def _user(text: str) -> ChatMessage:

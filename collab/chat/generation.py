@@ -196,6 +196,8 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     status, error, finish_reason = "done", "", ""
     queued = False
     began = False  # a model request was sent (an agent sends several)
+    # An agent's run is several requests and tool rounds: a few requests' time (agent.py).
+    limit_s = job.provider.total_timeout_s * (min(job.agent.steps, 4) if job.agent is not None else 1)
     thinker: Coalescer | None = None  # the thinking's, made at its first piece (most models have none)
 
     async def on_queued(ahead: int) -> None:
@@ -219,7 +221,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
             thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
             run = for_reply(live, job.agent, coalescer, thinker, slots, on_queued, on_started)
             try:
-                async with asyncio.timeout(job.provider.total_timeout_s * min(job.agent.steps, 4)):  # several calls
+                async with asyncio.timeout(limit_s):
                     await run.go()
             finally:
                 first_at, chunks, finish_reason = run.first_at, run.chunks, run.finish_reason
@@ -229,7 +231,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                     live.first_at = time.monotonic()
             return
         async with (
-            asyncio.timeout(job.provider.total_timeout_s),
+            asyncio.timeout(limit_s),
             aclosing(
                 stream_reply(
                     job.provider,
@@ -268,7 +270,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)
     except TimeoutError:
-        status, error = "failed", f"the reply took longer than {job.provider.total_timeout_s:g} s"
+        status, error = "failed", f"the reply took longer than {limit_s:g} s"
     except asyncio.CancelledError:
         # stop() names a reason; any other cancellation is the process going away.
         status, error = STOP_REASONS.get(live.stop_reason, ("interrupted", "the server stopped mid-reply"))
