@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import http.cookiejar
-import os
 import re
 import signal
 import time
@@ -22,8 +21,7 @@ import pytest
 
 from collab.chat.shared.base import STATUS_TTL_S
 from collab.simulator.testing import running_simulator_app
-from tests.cluster import PASSWORD, SETUP, Browser, Cluster, Process, postgres_url, throwaway_database
-from tests.conftest import require_redis
+from tests.cluster import PASSWORD, Browser, Cluster, Process, postgres_cluster
 from tests.test_admin_live import FRAGMENT, LIVE, Fragment
 from tests.test_multiprocess import opened, streaming_with_text
 
@@ -38,26 +36,9 @@ def slow_sim() -> Iterator[str]:
 @pytest.fixture
 def cluster(slow_sim: str) -> Iterator[Cluster]:
     """As tests/test_multiprocess.py's, with a staff member (root)."""
-    with throwaway_database(postgres_url()) as database_url:
-        env = {
-            **os.environ,
-            "DATABASE_URL": database_url,
-            "REDIS_URL": require_redis(),
-            "COLLAB_REDIS_PREFIX": f"live{os.urandom(4).hex()}:",
-            "DJANGO_SECRET_KEY": os.urandom(32).hex(),  # one key: a session is valid on every process
-            "COLLAB_LLM_BASE_URL": slow_sim,
-            "COLLAB_LLM_MODEL": "sim",
-            "DJANGO_SETTINGS_MODULE": "collab.settings",
-        }
-        env.pop("COLLAB_SHARED_REDIS_URL", None)
-        cluster = Cluster(env)
-        cluster.manage("migrate", "-v0")
-        root = f"User.objects.create_superuser('root', password={PASSWORD!r})"
-        cluster.manage("shell", "-c", SETUP + root)
-        try:
-            yield cluster
-        finally:
-            cluster.stop_all()
+    root = f"User.objects.create_superuser('root', password={PASSWORD!r})"
+    with postgres_cluster(slow_sim, "live", setup=root) as cluster:
+        yield cluster
 
 
 class Staff:

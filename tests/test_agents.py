@@ -5,7 +5,6 @@ the answer on the text), with the simulated model scripted to call tools
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
@@ -14,7 +13,7 @@ from channels.db import database_sync_to_async
 
 from collab.chat.models import Assistant, Membership, Message, Room
 from tests.conftest import Member, World, make_assistant, member, reply_ids
-from tests.test_reasoning import THINKING_SHOWN, finished, thinking_seen
+from tests.test_reasoning import finished, thinking_at_connect, thinking_seen
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer", "replies_idle")]
 
@@ -33,12 +32,18 @@ async def agent(world: World, handle: str = "planner", model: str = "sim", **fie
     return await database_sync_to_async(create)()
 
 
-async def run_to_end(m: Member, text: str, status: str = "done", timeout: float = 20.0) -> Message:
-    """Post `text`, wait for the one reply it starts to end with `status`, return it stored."""
+async def asked(m: Member, text: str) -> int:
+    """Post `text`; the id of the one reply it starts, once announced."""
     before = set(reply_ids(m.frames))
     await m.post(text)
     await m.until(lambda f: len(set(reply_ids(f)) - before) == 1)
     [reply_id] = set(reply_ids(m.frames)) - before
+    return reply_id
+
+
+async def run_to_end(m: Member, text: str, status: str = "done", timeout: float = 20.0) -> Message:
+    """Post `text`, wait for the one reply it starts to end with `status`, return it stored."""
+    reply_id = await asked(m, text)
     await m.until(finished(reply_id, status), timeout=timeout)
     return await Message.objects.aget(pk=reply_id)
 
@@ -98,15 +103,10 @@ async def await_history(world: World, sim: Any, run: Message) -> None:
 async def test_a_reconnect_mid_run_resumes_with_no_gap(world: World) -> None:
     await agent(world, model="sim+slow")  # a plan of 60 tokens at 150 tokens/s: ~0.4 s
     async with member(world.alice) as alice:
-        await alice.post("@planner go {{tool current_time {}}}")
-        await alice.until(lambda f: len(reply_ids(f)) == 1)
-        [reply_id] = reply_ids(alice.frames)
+        reply_id = await asked(alice, "@planner go {{tool current_time {}}}")
         await alice.until(lambda f: len(thinking_seen(alice, reply_id)[1]) >= 2)
         async with member(world.bob) as late:
-            shown = THINKING_SHOWN.search(late.raw[0])
-            assert shown is not None and int(shown.group(1)) == reply_id
-            at_connect = int(shown.group(2))
-            assert at_connect > 0 and len(html.unescape(shown.group(4))) == at_connect
+            at_connect = thinking_at_connect(late, reply_id)
             await late.until(finished(reply_id), timeout=30)
         await alice.until(finished(reply_id), timeout=30)
     stored = await Message.objects.aget(pk=reply_id)
@@ -169,9 +169,7 @@ async def test_a_revised_plan_when_the_check_says_replan(world: World) -> None:
 async def test_stop_mid_run_keeps_what_was_done(world: World) -> None:
     await agent(world, model="sim+slow")
     async with member(world.alice) as alice:
-        await alice.post("@planner {{tool current_time {}}}")
-        await alice.until(lambda f: len(reply_ids(f)) == 1)
-        [reply_id] = reply_ids(alice.frames)
+        reply_id = await asked(alice, "@planner {{tool current_time {}}}")
         await alice.until(lambda f: "→ current_time" in thinking_seen(alice, reply_id)[0], timeout=30)
         await alice.send(action="stop", message_id=reply_id)
         await alice.until(finished(reply_id, "stopped"))
@@ -184,9 +182,7 @@ async def test_stop_mid_run_keeps_what_was_done(world: World) -> None:
 async def test_a_stop_mid_call_counts_that_calls_tokens(world: World) -> None:
     await agent(world, model="sim+slow")
     async with member(world.alice) as alice:
-        await alice.post("@planner plan slowly")
-        await alice.until(lambda f: len(reply_ids(f)) == 1)
-        [reply_id] = reply_ids(alice.frames)
+        reply_id = await asked(alice, "@planner plan slowly")
         await alice.until(lambda f: len(thinking_seen(alice, reply_id)[1]) >= 3)  # mid-plan
         await alice.send(action="stop", message_id=reply_id)
         await alice.until(finished(reply_id, "stopped"))

@@ -25,7 +25,7 @@ sim, cluster, two = test_multiprocess.sim, test_multiprocess.cluster, test_multi
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
 
-# At 150 tokens/s the plan (300 tokens at most, agent.PLAN_TOKENS) takes 2 s and the
+# At 150 tokens/s the plan (500 tokens at most, agent.PLAN_TOKENS) takes 3.3 s and the
 # final step (3,000 tokens) 20 s: the run is still going while the test acts on it.
 PLANNER = """
 from collab.chat.models import Assistant, Room

@@ -52,6 +52,16 @@ def thinking_seen(m: Member, reply_id: int) -> tuple[str, list[tuple[int, int]]]
     return text, pieces
 
 
+def thinking_at_connect(late: Member, reply_id: int) -> int:
+    """The length L of the thinking in a socket's first frame (its snapshot), checked to hold
+    all of it (data-length L, no data-from)."""
+    shown = THINKING_SHOWN.search(late.raw[0])
+    assert shown is not None and int(shown.group(1)) == reply_id
+    at_connect = int(shown.group(2))
+    assert at_connect > 0 and len(html.unescape(shown.group(4))) == at_connect
+    return at_connect
+
+
 def finished(reply_id: int, status: str = "done") -> Any:
     return lambda f: (
         f.replies.get(reply_id) is not None and f.replies[reply_id].final_attrs.get("data-status") == status
@@ -188,10 +198,7 @@ async def test_a_member_who_connects_mid_thinking_resumes_it_gap_free(world: Wor
         [reply_id] = reply_ids(alice.frames)
         await alice.until(lambda f: len(thinking_seen(alice, reply_id)[1]) >= 2)
         async with member(world.bob) as late:
-            shown = THINKING_SHOWN.search(late.raw[0])
-            assert shown is not None and int(shown.group(1)) == reply_id
-            at_connect = int(shown.group(2))
-            assert at_connect > 0 and len(html.unescape(shown.group(4))) == at_connect
+            at_connect = thinking_at_connect(late, reply_id)
             await late.until(lambda f: any(o >= at_connect for o, _ in thinking_seen(late, reply_id)[1]))
             await alice.send(action="stop", message_id=reply_id)
             await late.until(finished(reply_id, "stopped"))

@@ -271,11 +271,9 @@ class AgentRun:
                 return True, await self.plan.tools.call(call.name, call.arguments)
         except TimeoutError:
             return False, f"timed out after {timeout:g} s"
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a tool's own error is shown; anything else is logged, never shown
-            if isinstance(exc, ToolFailed):
-                return False, (str(exc) or type(exc).__name__)[:500]
+        except ToolFailed as exc:  # a tool's own error is shown
+            return False, (str(exc) or type(exc).__name__)[:500]
+        except Exception as exc:  # anything else is logged, never shown
             log.exception("tool %s failed", call.name)
             return False, f"internal error ({type(exc).__name__})"
 

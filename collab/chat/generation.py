@@ -227,8 +227,6 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                 first_at, chunks, finish_reason = run.first_at, run.chunks, run.finish_reason
                 live.steps = run.calls
                 usage = Usage(run.prompt_tokens, run.tokens)
-                if first_at is not None and live.first_at is None:
-                    live.first_at = time.monotonic()
             return
         async with (
             asyncio.timeout(limit_s),

@@ -18,10 +18,10 @@ from typing import Any
 import httpx2
 
 from collab.chat.actions.providers import key_variable_allowed
-from collab.chat.actions.tools import MAX_RESULT_CHARS, ToolError, ToolSpec, cap
+from collab.chat.actions.tools import ToolError, ToolSpec
 from collab.chat.models import Assistant
 
-MAX_READ_BYTES = 64 * 1024  # read no more of a response than this (the result keeps MAX_RESULT_CHARS)
+MAX_READ_BYTES = 64 * 1024  # read no more of a response than this (the result keeps tools.MAX_RESULT_CHARS)
 # The engine cuts a call at the tool's timeout; the client's own is a backstop a little later.
 BACKSTOP_S = 1.0
 
@@ -75,11 +75,12 @@ async def post(tool: HttpTool, args: dict[str, Any]) -> str:
         raise ToolError(f"{name}: no answer within {tool.spec.timeout_s:g} s") from None
     except httpx2.HTTPError as exc:
         raise ToolError(f"{name}: could not reach the tool ({type(exc).__name__})") from None
+    data = data[:MAX_READ_BYTES]
     try:
-        text = data[:MAX_READ_BYTES].decode(encoding, errors="replace")
+        text = data.decode(encoding, errors="replace")
     except LookupError:
-        text = data[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+        text = data.decode("utf-8", errors="replace")
     if not 200 <= status < 300:
         detail = " ".join(text.split())[:200]
         raise ToolError(f"{name}: the tool answered HTTP {status}" + (f": {detail}" if detail else ""))
-    return cap(text, MAX_RESULT_CHARS)
+    return text  # Toolbox.call caps it (MAX_RESULT_CHARS), as every tool's result
