@@ -60,7 +60,7 @@ def worker_ports(port: int, workers: int) -> list[int]:
 
 def daphne_command(host: str, port: int, *, behind_proxy: bool = False) -> list[str]:
     command = [
-        sys.executable, "-m", "daphne", "-b", host, "-p", str(port),
+        sys.executable, "-m", "collab.web", "-b", host, "-p", str(port),
         # A socket left open a day must not be closed with 1000: htmx's ws extension
         # does not reconnect after a normal close.
         "--websocket_timeout", "-1",

@@ -108,7 +108,7 @@ class Cluster:
 
     def start(self, name: str, **extra_env: str) -> Process:
         port = free_port()
-        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"]
+        command = [sys.executable, "-m", "collab.web", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"]
         proc = subprocess.Popen(command, env={**self.env, **extra_env}, cwd=ROOT)
         process = Process(name, f"http://127.0.0.1:{port}", proc)
         self.processes.append(process)

@@ -321,7 +321,7 @@ def flood_daphne(tmp_path: Path) -> Iterator[str]:
     subprocess.run([*manage, "shell", "-c", FLOOD_SETUP], env=env, check=True, cwd=ROOT)
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"],
+        [sys.executable, "-m", "collab.web", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"],
         env=env,
         cwd=ROOT,
     )

@@ -122,6 +122,7 @@ for h in ("a", "b"):
 class Server:
     url: str
     env: dict[str, str]
+    pid: int
 
 
 @pytest.fixture
@@ -169,14 +170,14 @@ def daphne(
     assert f"vendor {vendor}" in out.stdout.splitlines(), out.stdout + out.stderr  # the database meant
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"],
+        [sys.executable, "-m", "collab.web", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"],
         env=env,
         cwd=ROOT,
     )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/healthz", proc)
-        yield Server(url, env)
+        yield Server(url, env, proc.pid)
     finally:
         proc.terminate()
         proc.wait(20)
@@ -258,3 +259,8 @@ async def test_two_members_see_two_parallel_replies(daphne: Server, recorded_sim
         # Parallel, not one after the other: each started before the other ended.
         assert a.first_piece_at is not None and b.first_piece_at is not None
         assert a.first_piece_at < b.piece_times[-1][1] and b.first_piece_at < a.piece_times[-1][1]
+    # The web process (collab/web.py) ran on uvloop and read the model through aiohttp's
+    # C parser (collab/llm/client.py): their compiled modules are mapped in it.
+    maps = await asyncio.to_thread(Path(f"/proc/{daphne.pid}/maps").read_text)
+    assert "/uvloop/loop." in maps
+    assert "/aiohttp/_http_parser." in maps

@@ -86,6 +86,7 @@ def test_a_bad_https_value_is_refused(tmp_path: Path) -> None:
         pytest.param(["-c", "import django; django.setup()"], id="settings-import"),
         pytest.param(["-c", "import collab.asgi"], id="asgi-import"),
         pytest.param(["-m", "daphne", "-b", "127.0.0.1", "-p", "{port}", "collab.asgi:application"], id="daphne"),
+        pytest.param(["-m", "collab.web", "-b", "127.0.0.1", "-p", "{port}", "collab.asgi:application"], id="web"),
         pytest.param(
             ["-m", "uvicorn", "--host", "127.0.0.1", "--port", "{port}", "collab.asgi:application"], id="uvicorn"
         ),

@@ -79,7 +79,16 @@ class Site:
     cookies: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "collab.asgi:application"]
+        command = [
+            sys.executable,
+            "-m",
+            "collab.web",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "collab.asgi:application",
+        ]
         self.proc = subprocess.Popen(command, env=self.env, cwd=ROOT)
         wait_http(f"{self.url}/healthz", self.proc)
 
