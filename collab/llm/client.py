@@ -1,10 +1,15 @@
 """Streaming chat completions from any OpenAI-compatible endpoint.
 
 One `AsyncOpenAI` per endpoint and event loop, reused (its connection pool is bound to
-the loop that opened it). The stream is read as raw SSE lines through the SDK's
-`with_streaming_response` and decoded here: the SDK's typed chunks cost ~130 us each,
-the raw lines ~5-9 us (ARCHITECTURE.md), and the SDK still does URL, auth, headers,
-retries before the first byte and error mapping.
+the loop that opened it). The stream is read as raw SSE bytes through the SDK's raw
+POST and decoded here: the SDK's typed chunks cost ~130 us each, the raw events ~5-9 us
+(docs/benchmarks.md), and the SDK still does URL, auth, headers, retries before the
+first byte and error mapping.
+
+Below the SDK, the HTTP transport is aiohttp's (the SDK's own `DefaultAioHttpClient`,
+`openai[aiohttp]`): its C parser hands over whole socket reads, where httpx's default
+transport costs a trip through httpcore, h11 and anyio per chunk (docs/benchmarks.md,
+"The model stream below the SDK"). `COLLAB_LLM_HTTP=httpx` selects the default one.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 
 import httpx2
 import openai
+import orjson
 
 # A chat message as the API takes it: {"role": ..., "content": ...}, an assistant's
 # {"role": "assistant", "content": str | None, "tool_calls": [...]}, a tool result's
@@ -82,7 +88,17 @@ class LLMError(Exception):
         self.message = message
 
 
-_clients: dict[tuple[int, Endpoint, str], openai.AsyncOpenAI] = {}
+_clients: dict[tuple[int, Endpoint, str, str], openai.AsyncOpenAI] = {}
+
+# "aiohttp" (the default) or "httpx": the transport under the SDK, read when a client is made.
+HTTP_BACKENDS = ("aiohttp", "httpx")
+
+
+def http_backend() -> str:
+    backend = os.environ.get("COLLAB_LLM_HTTP", "aiohttp") or "aiohttp"
+    if backend not in HTTP_BACKENDS:
+        raise LLMError("config", f"COLLAB_LLM_HTTP must be one of {', '.join(HTTP_BACKENDS)}, not {backend[:20]!r}")
+    return backend
 
 
 def _api_key(endpoint: Endpoint) -> str:
@@ -111,7 +127,8 @@ def client_for(endpoint: Endpoint) -> openai.AsyncOpenAI:
     loop_id = id(asyncio.get_running_loop())
     # The key is part of the cache key so that a rotated key takes effect; it is held
     # in memory only, as the SDK itself holds it.
-    cache_key = (loop_id, endpoint, key)
+    backend = http_backend()
+    cache_key = (loop_id, endpoint, key, backend)
     client = _clients.get(cache_key)
     if client is None:
         # Drop this endpoint's clients of closed loops or rotated keys.
@@ -123,12 +140,13 @@ def client_for(endpoint: Endpoint) -> openai.AsyncOpenAI:
             write=endpoint.read_timeout_s,
             pool=endpoint.connect_timeout_s,
         )
+        http_client = openai.DefaultAioHttpClient if backend == "aiohttp" else openai.DefaultAsyncHttpxClient
         client = openai.AsyncOpenAI(
             api_key=key,
             base_url=endpoint.base_url,
             timeout=timeout,
             max_retries=endpoint.max_retries,
-            http_client=openai.DefaultAsyncHttpxClient(timeout=timeout, event_hooks={"response": [_final_quota]}),
+            http_client=http_client(timeout=timeout, event_hooks={"response": [_final_quota]}),
         )
         _clients[cache_key] = client
     return client
@@ -166,6 +184,19 @@ async def _sse_data(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
         for line in lines:
             if line.startswith(b"data:"):
                 yield line[5:].strip()
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a transport error is a timeout. The SDK's aiohttp transport maps aiohttp's
+    connection errors to httpx2.ConnectTimeout (its `map_aiohttp_exceptions`), a refused
+    connection and one closed before the status line included: the aiohttp error it was
+    raised from tells, and only one that is itself a timeout is one."""
+    if isinstance(exc, openai.APITimeoutError) and isinstance(exc.__cause__, httpx2.TimeoutException):
+        exc = exc.__cause__  # the SDK's, raised from the transport's
+    if not isinstance(exc, (openai.APITimeoutError, httpx2.TimeoutException)):
+        return False
+    cause = exc.__cause__
+    return not type(cause).__module__.startswith("aiohttp") or isinstance(cause, TimeoutError)
 
 
 class _Call:
@@ -284,8 +315,8 @@ async def stream_chat(
                     # server ends an interrupted stream so): not a complete reply.
                     break
                 try:
-                    chunk = json.loads(data)
-                except ValueError as exc:
+                    chunk = orjson.loads(data)  # once per event (docs/benchmarks.md, "Faster parts")
+                except ValueError as exc:  # orjson.JSONDecodeError is one
                     raise LLMError("server", "the provider sent a malformed chunk") from exc
                 if "error" in chunk:
                     err = chunk["error"]
@@ -309,6 +340,12 @@ async def stream_chat(
                         yield content
                     if choice.get("finish_reason"):
                         finished = choice["finish_reason"]
+                        if "x_groq" in chunk and not chunk.get("usage"):
+                            # Groq: the usage in the finish chunk's `x_groq`, read here
+                            # (once a stream) so that a plain chunk pays nothing for it.
+                            groq = chunk["x_groq"]
+                            if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
+                                chunk["usage"] = groq["usage"]
                         if calls:
                             for call in _tool_calls(calls):
                                 yield call
@@ -320,11 +357,11 @@ async def stream_chat(
         finally:
             await events.aclose()
             await response.aclose()
-    except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
-        if responded:
-            raise LLMError("stalled", "the provider stopped sending mid-reply") from exc
-        raise LLMError("timeout", "the provider did not answer in time") from exc
-    except (openai.APIConnectionError, httpx2.TransportError) as exc:
+    except (openai.APIConnectionError, httpx2.TransportError) as exc:  # timeouts among them
+        if _timed_out(exc):
+            if responded:
+                raise LLMError("stalled", "the provider stopped sending mid-reply") from exc
+            raise LLMError("timeout", "the provider did not answer in time") from exc
         if responded:
             raise LLMError("dropped", "the connection to the provider broke mid-reply") from exc
         raise LLMError("connect", "could not reach the provider") from exc

@@ -35,6 +35,9 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 PASSWORD = "load-" + "pw-1234"  # seeded accounts on a throwaway database
 IDLE_ROOMS = 20  # the idle scenario spreads its sockets over this many rooms of `members`
 _STOP_TIMEOUT_S = 10.0
+# The stack sets every other COLLAB_ variable itself; this one (the model client's HTTP
+# transport, collab/llm/client.py) is the operator's, to compare the two under load.
+PASSED_THROUGH = ("COLLAB_LLM_HTTP",)
 _START_TIMEOUT_S = 90.0
 
 Say = Callable[[str], None]
@@ -152,7 +155,8 @@ class Stack:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("COLLAB_", "DJANGO_")) and k not in ("DATABASE_URL", "REDIS_URL")
+            if k in PASSED_THROUGH
+            or (not k.startswith(("COLLAB_", "DJANGO_")) and k not in ("DATABASE_URL", "REDIS_URL"))
         }
         env["PYTHONPATH"] = os.pathsep.join([str(BASE_DIR), *filter(None, [env.get("PYTHONPATH", "")])])
         env["PYTHONUNBUFFERED"] = "1"
@@ -232,7 +236,7 @@ class Stack:
         daphnes = []
         for i, port in enumerate(ports):
             name = "daphne" if n == 1 else f"daphne-{i}"
-            cmd = [py, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), self.opts.asgi_app]
+            cmd = [py, "-m", "collab.web", "-b", "127.0.0.1", "-p", str(port), self.opts.asgi_app]
             daphnes.append((name, self.procs.start(name, cmd, env)))
             self.targets.append(f"http://127.0.0.1:{port}")
         for i, ((name, daphne), target) in enumerate(zip(daphnes, self.targets, strict=True)):
