@@ -27,7 +27,7 @@ from collab.loadtest.config import RunConfig
 from collab.loadtest.frames import Frames, not_escaped
 from collab.loadtest.report import LATENCY_KEYS, REPORT_KEYS, knee_of, passes, summary, table
 from collab.loadtest.room import Post, RoomRun
-from collab.loadtest.sampler import Counters, Sampler, level_resources
+from collab.loadtest.sampler import Counters, Sampler, level_resources, loop_lag
 from collab.loadtest.stats import Collector, Histogram, percentiles
 from collab.loadtest.wire import parse_frame, words_of_html, words_of_text
 from collab.loadtest.wsclient import ConnectionClosed, WebSocket
@@ -381,6 +381,24 @@ def test_cpu_per_token_divides_the_level_cpu_by_the_tokens_the_servers_read() ->
     assert out["server_cpu_us_per_token"] == 100.0  # 2 CPU seconds over 20,000 tokens
 
 
+def test_loop_lag_reads_the_probe_histograms_growth_over_the_level() -> None:
+    def hist(counts: dict[str, float]) -> dict[str, float]:
+        return {f'collab_event_loop_lag_seconds_bucket{{le="{le}"}}': n for le, n in counts.items()}
+
+    # 100 probes on two servers over the level: 90 within 1 ms, 9 within 5 ms, 1 up to 0.1 s.
+    before = [
+        hist({"0.001": 10, "0.005": 10, "0.1": 10, "+Inf": 10}),
+        hist({"0.001": 0, "0.005": 0, "0.1": 0, "+Inf": 0}),
+    ]
+    after = [
+        hist({"0.001": 60, "0.005": 65, "0.1": 66, "+Inf": 66}),
+        hist({"0.001": 40, "0.005": 44, "0.1": 44, "+Inf": 44}),
+    ]
+    assert loop_lag(before, after) == {"p50": 1.0, "p99": 5.0, "max": 100.0}
+    assert loop_lag(before, before) is None  # no probe ran
+    assert loop_lag([None], [after[0]]) is None  # a server without its metrics
+
+
 def test_processes_need_a_redis_layer() -> None:
     with pytest.raises(CommandError, match="needs a Redis channel layer"):
         call_command("loadtest", scenario="one-room", processes=2, layer="memory")
@@ -450,6 +468,10 @@ def test_one_room_run_end_to_end(tmp_path: Path) -> None:
     for key in ("server_cpu_us_per_delivery", "server_cpu_us_per_token"):
         assert isinstance(report[key], int | float) and report[key] > 0, (key, report[key])
     assert "CPU µs/deliv./token" in proc.stdout
+    # The server's event-loop lag (its 20 ms probe timer), from its /metrics histogram.
+    lag = report["server_loop_lag_ms"]
+    assert lag is not None and 0 < lag["p50"] <= lag["p99"] <= lag["max"], lag
+    assert "loop lag p50/p99" in proc.stdout
 
 
 @pytest.mark.loadtest

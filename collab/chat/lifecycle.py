@@ -39,7 +39,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from collab.chat import shared
+from collab.chat import metrics, shared
 from collab.chat.actions import replies, rooms
 from collab.chat.actions.providers import deployment_slots
 from collab.chat.events import PROCESSES_GROUP
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 2.0  # well inside the shared state's 6 s leases: two beats may be missed
 SWEEP_S = 2.0  # a dead process's replies are interrupted within lease 6 s + this
 ORPHAN_GRACE_S = 15.0  # a `streaming` reply no process has leased for this long is an orphan
+LOOP_LAG_EVERY_S = 0.02  # the loop-lag probe's timer (metrics.LOOP_LAG)
 RELEASE_AFTER_RESTART_S = 10.0  # leases are trusted this long after the shared state (re)started
 
 
@@ -114,7 +115,7 @@ class Runtime:
         if not self.enabled or self._loop is loop:
             return
         self._loop = loop
-        for job in (self._control, self._heartbeat, self._sweeper):
+        for job in (self._control, self._heartbeat, self._sweeper, self._loop_lag):
             task = loop.create_task(job(), name=f"collab-{job.__name__.strip('_')}")
             self._tasks.add(task)
         self._install_sigterm(loop)
@@ -146,6 +147,16 @@ class Runtime:
         elif event.get("type") == "room.stop_all":
             for reply_id in registry.in_room(int(event["room_id"])):
                 registry.stop(reply_id)
+
+    async def _loop_lag(self) -> None:
+        """How late this process's event loop runs a timer: every stall of the loop (a
+        long callback, the GIL held by another thread) delays every frame of every room
+        by as much (docs/benchmarks.md; the load test reports it per level)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + LOOP_LAG_EVERY_S
+            await asyncio.sleep(LOOP_LAG_EVERY_S)
+            metrics.LOOP_LAG.observe(max(0.0, loop.time() - due))
 
     async def _heartbeat(self) -> None:
         while True:

@@ -22,3 +22,9 @@ SOCKETS = Gauge("collab_sockets_open", "Room WebSockets open on this process")
 SOCKETS_TOO_SLOW = Counter("collab_sockets_too_slow", "Sockets closed (4408) for falling too far behind")
 TYPING = Counter("collab_typing", "Typing notices: broadcast, or dropped (over a member's cap)", ["outcome"])
 SOCKETS_RESYNCED = Counter("collab_sockets_resynced", "Snapshots sent again to open sockets that missed frames")
+# Observed every 20 ms by a timer (lifecycle.Runtime._loop_lag): a cheap, always-on probe.
+LOOP_LAG = Histogram(
+    "collab_event_loop_lag_seconds",
+    "How late the event loop ran a timer due every 20 ms",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
+)

@@ -45,6 +45,7 @@ REPORT_KEYS = (
     "server_rss_mb",
     "server_cpu_us_per_delivery",
     "server_cpu_us_per_token",
+    "server_loop_lag_ms",
     "generator_cpu_percent",
     "servers",
     "redis_cpu_percent",
@@ -95,6 +96,8 @@ def build_step(
         "server_rss_mb": resources.get("server_rss_mb"),
         "server_cpu_us_per_delivery": resources.get("server_cpu_us_per_delivery"),
         "server_cpu_us_per_token": resources.get("server_cpu_us_per_token"),
+        # How late the servers' event loops ran a 20 ms timer (bucket bounds: "<= N ms").
+        "server_loop_lag_ms": resources.get("server_loop_lag_ms"),
         "generator_cpu_percent": gen_cpu,
         "servers": list(resources.get("servers", [])),  # each server process
         "redis_cpu_percent": resources.get("redis_cpu_percent"),
@@ -172,7 +175,7 @@ def _f(v: Any, digits: int = 0) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
-def _p(d: Mapping[str, Any], key: str) -> Any:
+def _p(d: Mapping[str, Any] | None, key: str) -> Any:
     return d.get(key) if d else None
 
 
@@ -192,6 +195,7 @@ _COLUMNS: list[tuple[str, str]] = [
     ("done", "ok/failed/err"),
     ("cpu", "server CPU%"),
     ("us", "CPU µs/deliv./token"),
+    ("loop", "loop lag p50/p99 ≤"),
     ("rss", "RSS MB"),
     ("gen", "gen CPU%"),
     ("redis", "Redis CPU%"),
@@ -203,6 +207,7 @@ def _row(step: Mapping[str, Any]) -> dict[str, str]:
     p = step["params"]
     d = step.get("details", {})
     ttft, added, lag = step["member_ttft_ms"], step["added_ttft_ms"], step["delivery_lag_ms"]
+    loop = step.get("server_loop_lag_ms")
     return {
         "rooms": _f(p.get("rooms")),
         "members": _f(p.get("members_total")),
@@ -219,6 +224,7 @@ def _row(step: Mapping[str, Any]) -> dict[str, str]:
         "done": f"{step['replies_completed']}/{step['replies_failed']}/{step['errors']}",
         "cpu": _f(step["server_cpu_percent"], 0),
         "us": f"{_f(step.get('server_cpu_us_per_delivery'), 0)}/{_f(step.get('server_cpu_us_per_token'), 0)}",
+        "loop": f"{_f(_p(loop, 'p50'), 0)}/{_f(_p(loop, 'p99'), 0)}",
         "rss": _f(step["server_rss_mb"], 0),
         "gen": _f(step["generator_cpu_percent"], 0),
         "redis": _f(step.get("redis_cpu_percent"), 0),

@@ -267,6 +267,7 @@ def level_resources(
         )
     out["servers"] = servers
     out.update(cpu_per_unit(sampler, col, before, after))
+    out["server_loop_lag_ms"] = loop_lag(before.metrics, after.metrics)
     if before.redis_calls is not None and after.redis_calls is not None:
         was = before.redis_calls
         # INFO is left out: the run's own reads (this sampler, these counters).
@@ -301,6 +302,35 @@ def cpu_per_unit(sampler: Sampler, col: Collector, before: Counters, after: Coun
         if cpu is not None:
             used_s = cpu / 100 * (after.at - before.at)
             out["server_cpu_us_per_token"] = round(used_s / sum(t or 0 for t in tokens) * 1e6, 1)
+    return out
+
+
+LOOP_LAG = "collab_event_loop_lag_seconds_bucket{le="
+
+
+def loop_lag(
+    before: Sequence[Mapping[str, float] | None], after: Sequence[Mapping[str, float] | None]
+) -> dict[str, float] | None:
+    """How late the servers' event loops ran their 20 ms probe timer over the level
+    (collab/chat/lifecycle.py), from the growth of each /metrics histogram, all servers
+    together: {"p50", "p99", "max"} in ms, each the upper bound of the bucket it falls in
+    (so "<= 5 ms"; "max" the highest bucket that grew). None without the metrics."""
+    grown: dict[float, float] = {}
+    for m0, m1 in zip(before, after, strict=True):
+        if m0 is None or m1 is None:
+            return None
+        for key, value in m1.items():
+            if key.startswith(LOOP_LAG):
+                le = float(key[len(LOOP_LAG) :].split('"')[1])  # +Inf reads as inf
+                grown[le] = grown.get(le, 0.0) + value - m0.get(key, 0.0)
+    bounds = sorted(grown)
+    total = grown[bounds[-1]] if bounds else 0.0  # the buckets are cumulative: +Inf holds all
+    if total <= 0:
+        return None
+    out: dict[str, float] = {}
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        out[name] = next(le for le in bounds if grown[le] >= q * total) * 1000
+    out["max"] = next(le for le in bounds if grown[le] >= total) * 1000
     return out
 
 
