@@ -14,7 +14,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from collab.chat import metrics, rendering
+from collab.chat import fanout, metrics, rendering
 from collab.chat.actions import (
     continuation,
     editing,
@@ -37,7 +37,6 @@ from collab.chat.events import (
     SessionEnded,
     SocketResync,
     member_group,
-    room_group,
     user_group,
 )
 from collab.chat.frames import parse_frame
@@ -67,6 +66,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
     _expiry: asyncio.TimerHandle | None = None
     _session_watch: asyncio.Task[None] | None = None
     _gone = False
+    # Frames that came while a snapshot was being made: handed on after it (None: none is).
+    _held: list[tuple[RoomFrame, bytes | None]] | None = None
+    _resync: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         # Per reply, the next offset this socket expects (inf: no more pieces, only its final).
@@ -106,15 +108,24 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def _send_snapshot(self) -> None:
         """Join the room's groups, then send its snapshot. Joining first: every frame sent
-        from then on is queued for this socket, and `floors` drops the ones the snapshot
-        already holds (docs/architecture.md, "reconnects"). Joining is idempotent: a
-        resync joins again, in case the layer lost its groups."""
+        from then on is held for this socket until the snapshot is out, and `floors` drops
+        the ones the snapshot already holds (docs/architecture.md, "reconnects"). Joining
+        is idempotent: a resync joins again, in case the layer lost its groups."""
         assert self.room_id is not None and self.user_id is not None
-        await self.channel_layer.group_add(room_group(self.room_id), self.channel_name)
-        await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
-        await self.channel_layer.group_add(member_group(self.room_id, self.user_id), self.channel_name)
-        messages_html, members_html, self.floors = await snapshot.snapshot(self.room_id, self.room_slug, self.user_id)
-        await self.outbox.put(messages_html + members_html)
+        if self._held is None:
+            self._held = []
+        try:
+            await fanout.join(self.room_id, self)  # the room's frames (collab/chat/fanout.py)
+            await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
+            await self.channel_layer.group_add(member_group(self.room_id, self.user_id), self.channel_name)
+            messages_html, members_html, self.floors = await snapshot.snapshot(
+                self.room_id, self.room_slug, self.user_id
+            )
+            await self.outbox.put(messages_html + members_html)
+        finally:
+            held, self._held = self._held or [], None  # (a second resync may have handed them on)
+            for event, data in held:
+                self.take_frame(event, data)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -130,6 +141,10 @@ class RoomConsumer(AsyncWebsocketConsumer):
         outbox = getattr(self, "outbox", None)  # none if the consumer failed before connect()
         if outbox is not None:
             outbox.close()
+        if self.room_id is not None:
+            fanout.leave(self.room_id, self)
+        if self._resync is not None:
+            self._resync.cancel()
         if self._expiry is not None:
             self._expiry.cancel()
         if self._session_watch is not None:
@@ -143,13 +158,19 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self._forget() and self.room_id is not None and self.user_id is not None:
             try:
-                await self.channel_layer.group_discard(room_group(self.room_id), self.channel_name)
                 await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
                 await self.channel_layer.group_discard(member_group(self.room_id, self.user_id), self.channel_name)
                 if not self.read_only:
                     await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
             except Exception:  # the layer is away: groups and presence expire by themselves
                 log.warning("could not mark a socket closed", exc_info=True)
+
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        # Frames queued for this socket (outbox.push) go out before its close frame.
+        outbox = getattr(self, "outbox", None)  # none before connect() made it
+        if outbox is not None:
+            await outbox.flush()
+        await super().close(code=code, reason=reason)
 
     async def _send_now(self, html: str) -> None:
         await self.send(text_data=html)
@@ -162,11 +183,17 @@ class RoomConsumer(AsyncWebsocketConsumer):
         # Frames touch no database: skip Channels' per-event aclose_old_connections()
         # (a thread hop per member per frame, docs/architecture.md).
         if message["type"] == "room.frame":
-            await self.room_frame(message)  # type: ignore[arg-type]
+            self.take_frame(message, None)  # type: ignore[arg-type]
         else:
             await super().dispatch(message)
 
-    async def room_frame(self, event: RoomFrame) -> None:
+    def take_frame(self, event: RoomFrame, data: bytes | None) -> None:
+        """A frame for this socket: from the room's hub (collab/chat/fanout.py, `data`
+        encoded once for the room), or from its own channel (a personal reply's). Sent
+        now or queued, never awaited: the hub hands each frame to every socket in turn."""
+        if self._held is not None:  # a snapshot is being made: after it
+            self._held.append((event, data))
+            return
         if event.get("by") == self.channel_name:
             return
         to = event.get("to")
@@ -183,7 +210,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
                     if offset < floor:  # the snapshot already holds it
                         return
                     if offset > floor:  # a piece never reached this socket: start again from a snapshot
-                        await self.room_resync({"type": "room.resync"})
+                        self._held = []  # this frame and the next wait for it
+                        self._resync = asyncio.get_running_loop().create_task(self.room_resync({"type": "room.resync"}))
                         return
                     end = event.get("end")  # absent from a process of an earlier release: stop checking
                     if end is None:
@@ -204,13 +232,13 @@ class RoomConsumer(AsyncWebsocketConsumer):
                     floors[-reply_id] = 0  # its thinking, if any
         elif event.get("not_user") == self.user_id:  # "NAME is typing": not to NAME's own sockets
             return
-        if not self.outbox.offer(event["html"]):
-            await self.outbox.put(event["html"])
+        self.outbox.push(event["html"], data)
 
     async def room_resync(self, event: SocketResync) -> None:
         """Frames were lost (the layer was away, or a piece skipped): the snapshot again.
-        Run from dispatch, so no other frame for this socket is handled meanwhile."""
+        Frames that come meanwhile are held and handed on after it."""
         if self.room_id is None or self.outbox.overflowed:
+            self._held = None  # (a socket that overflowed is being closed)
             return
         metrics.SOCKETS_RESYNCED.inc()
         try:

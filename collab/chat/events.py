@@ -2,7 +2,7 @@
 
 Every event a room's sockets receive is a `room.frame`: HTML rendered once by the
 sender, plus the few fields a consumer needs to decide, without rendering, whether
-this member should get it (see consumers.RoomConsumer.room_frame). Control events go
+this member should get it (see consumers.RoomConsumer.take_frame). Control events go
 to every server process (lifecycle.py), which acts on the replies it runs.
 """
 

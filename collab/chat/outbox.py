@@ -15,10 +15,11 @@ communicator) there is no such signal and frames are simply sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from django.conf import settings
@@ -27,17 +28,21 @@ from collab.chat import metrics
 
 log = logging.getLogger(__name__)
 
+FLUSH_S = 2.0  # how long a closing socket's queued frames may take to go out
 CLOSE_TOO_SLOW = 4408  # docs/wire.md: the socket fell too far behind; the page reconnects
 
 
 class Outbox:
-    def __init__(self, send: Callable[[str], Awaitable[None]], on_overflow: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, send: Callable[[str], Awaitable[None]], on_overflow: Callable[[], Coroutine[Any, Any, None]]
+    ) -> None:
         self._send = send
         self._on_overflow = on_overflow
         self._queue: deque[str] = deque()
         self._bytes = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closing: asyncio.Task[None] | None = None
         self.paused = False
         self.overflowed = False
         self.max_frames = int(settings.COLLAB["SOCKET_BACKLOG_FRAMES"])
@@ -62,19 +67,27 @@ class Outbox:
         self._protocol = protocol
         return True
 
-    def offer(self, html: str) -> bool:
+    def offer(self, html: str, data: bytes | None = None) -> bool:
         """The fast path, per frame and member: write the frame now, without a coroutine,
         when the connection keeps up and nothing waits before it; False when the caller
         must `await put(html)` instead. What Channels' `send` would do, less its three
         layers of calls (the consumer's, the session middleware's, Daphne's dispatch):
-        autobahn's own `sendMessage` (docs/benchmarks.md, "Nothing lost")."""
+        autobahn's own `sendMessage` (docs/benchmarks.md, "Nothing lost"). `data`: the
+        frame already encoded (once for a room's sockets, collab/chat/fanout.py)."""
         protocol = self._protocol
         if protocol is None or self.paused or self._task is not None or self.overflowed:
             return False
         if protocol.state != protocol.STATE_OPEN:
             return False  # closing: put() goes the usual way, which ignores a closed socket
-        protocol.sendMessage(html.encode(), False)
+        protocol.sendMessage(html.encode() if data is None else data, False)
         return True
+
+    def push(self, html: str, data: bytes | None = None) -> None:
+        """`put` without waiting, for the room's fan-out (collab/chat/fanout.py): written
+        now when the connection keeps up, else queued behind what waits, in order."""
+        if self.overflowed or self.offer(html, data):
+            return
+        self._enqueue(html)
 
     # Twisted's IPushProducer: the connection calls these as its send buffer fills and drains.
     def pauseProducing(self) -> None:
@@ -95,17 +108,21 @@ class Outbox:
         if not self.paused and self._task is None:
             await self._send(html)
             return
+        self._enqueue(html)
+
+    def _enqueue(self, html: str) -> None:
         self._queue.append(html)
         self._bytes += len(html.encode())
+        loop = asyncio.get_running_loop()
         if len(self._queue) > self.max_frames or self._bytes > self.max_bytes:
             self.overflowed = True
             self._queue.clear()
             self._bytes = 0
             metrics.SOCKETS_TOO_SLOW.inc()
-            await self._on_overflow()
+            self._closing = loop.create_task(self._on_overflow())  # held: a task only weakly referenced may vanish
             return
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._drain())
+            self._task = loop.create_task(self._drain())
 
     async def _drain(self) -> None:
         try:
@@ -121,6 +138,14 @@ class Outbox:
             log.debug("outbox stopped", exc_info=True)
         finally:
             self._task = None
+
+    async def flush(self) -> None:
+        """Wait until what waits here is written (at most FLUSH_S: a stalled client is not
+        waited for): a socket about to close sends its last frames first, in order."""
+        task = self._task
+        if task is not None and not self.overflowed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), FLUSH_S)
 
     def close(self) -> None:
         self.overflowed = True

@@ -9,7 +9,7 @@ The same reply streams again, from where it stopped, for everyone who sees it:
     continue_reply    the model request starts; the shared record begins holding the text
                       (and thinking) so far; then its article is sent again, streaming, as a
                       `final` frame with `resume` = [text length, thinking length]: every
-                      socket's floors move there (consumers.room_frame), and the pieces that
+                      socket's floors move there (consumers.take_frame), and the pieces that
                       follow continue at those offsets (ContinuationSink)
     finish            the text, thinking, tokens and cost stored are the whole reply's
 """

@@ -99,7 +99,7 @@ class RoomSink:
 
     async def thought(self, offset: int, text: str) -> None:
         """A piece of the thinking: as `piece`, into a text and frames of its own
-        (`msg-N-thinking`; the frame's `msg` is -N, its own floor: consumers.room_frame)."""
+        (`msg-N-thinking`; the frame's `msg` is -N, its own floor: consumers.take_frame)."""
         if not self.announced.is_set():
             await self.announced.wait()
         reply_id = self.job.message_id

@@ -56,7 +56,7 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
     online = await state.online(room_id)
     members = await database_sync_to_async(members_of)(room_id, online)
     live_texts: dict[int, str] = {}
-    thinking: dict[int, str] = {}  # a reasoning model's thinking so far, floor -id (consumers.room_frame)
+    thinking: dict[int, str] = {}  # a reasoning model's thinking so far, floor -id (consumers.take_frame)
     states: dict[int, str] = {}
     floors: dict[int, float] = {}
     for m in messages:

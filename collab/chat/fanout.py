@@ -1,0 +1,127 @@
+"""A room's frames to this process's sockets: one receive per room per process.
+
+Through Channels' groups, every frame costs each socket of the room a queue put, a task
+wake-up, a decode of the message and a dispatch (docs/benchmarks.md, "Fan-out"). Here
+the process joins each room's group once, with a channel of its own (a hub), and hands
+every event to the room's sockets in one loop of plain calls: a frame is encoded to
+bytes once and written to each socket at once (Outbox.offer) or queued for it. Frames
+keep their order: one receive loop per room reads them as the layer delivers them.
+
+The sockets still have their own channels for what is theirs alone (a personal reply's
+frames, a resync, their user's events). Events of the room's group other than frames
+(`room.closed`) are forwarded to each socket's channel and handled there, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from channels.layers import get_channel_layer
+
+from collab.chat.events import room_group
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 1.0  # the layer failed under a hub: receive again after this (its sockets are resynced)
+
+
+class Receiver(Protocol):
+    channel_name: str
+
+    def take_frame(self, event: Any, data: bytes) -> None: ...
+
+
+class _Hub:
+    def __init__(self, room_id: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.room_id = room_id
+        self.loop = loop
+        self.sockets: dict[str, Receiver] = {}
+        self.channel: asyncio.Future[str] = loop.create_future()
+        self.task = loop.create_task(self._run(), name=f"collab-room-{room_id}")
+
+    async def _run(self) -> None:
+        layer = get_channel_layer()
+        assert layer is not None
+        while True:
+            try:
+                if not self.channel.done():
+                    self.channel.set_result(await layer.new_channel())
+                name = self.channel.result()
+                while True:
+                    self.deliver(await layer.receive(name))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not self.channel.done():  # join() is waiting for it: tell it
+                    self.channel.set_exception(exc)
+                    self.channel = self.loop.create_future()
+                log.warning("room %s: its frames could not be received; again in %s s", self.room_id, RETRY_S)
+                await asyncio.sleep(RETRY_S)
+
+    def deliver(self, event: dict[str, Any]) -> None:
+        if event.get("type") != "room.frame":  # room.closed: each socket's own handler
+            for name in list(self.sockets):
+                self.loop.create_task(_forward(name, event))
+            return
+        data = event["html"].encode()  # once for every socket of the room
+        for receiver in list(self.sockets.values()):
+            try:
+                receiver.take_frame(event, data)
+            except Exception:  # one socket's failure is not the room's
+                log.exception("a frame could not be handed to socket %s", receiver.channel_name)
+
+
+async def _forward(name: str, event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    assert layer is not None
+    try:
+        await layer.send(name, event)
+    except Exception:
+        log.warning("could not forward %s to socket %s", event.get("type"), name, exc_info=True)
+
+
+_hubs: dict[int, _Hub] = {}
+
+
+async def join(room_id: int, receiver: Receiver) -> None:
+    """From the return on, every event sent to the room's group reaches `receiver`, in
+    order. Joins the group again each time (idempotent): a resync after an outage also
+    rejoins in case the layer lost its groups."""
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(room_id)
+    if hub is None or hub.loop is not loop:  # a hub of a closed loop (tests) is dropped
+        hub = _hubs[room_id] = _Hub(room_id, loop)
+    hub.sockets[receiver.channel_name] = receiver
+    layer = get_channel_layer()
+    assert layer is not None
+    await layer.group_add(room_group(room_id), await asyncio.shield(hub.channel))
+
+
+def leave(room_id: int, receiver: Receiver) -> None:
+    """The socket gets nothing more; the room's last socket here ends the hub."""
+    hub = _hubs.get(room_id)
+    if hub is None or hub.sockets.get(receiver.channel_name) is not receiver:
+        return
+    del hub.sockets[receiver.channel_name]
+    if not hub.sockets:
+        del _hubs[room_id]
+        hub.task.cancel()  # the pub/sub layer unsubscribes the channel as its receive ends
+        if hub.channel.done() and not hub.channel.cancelled() and hub.channel.exception() is None:
+            hub.loop.create_task(_discard(room_id, hub.channel.result()))
+
+
+async def _discard(room_id: int, channel: str) -> None:
+    layer = get_channel_layer()
+    assert layer is not None
+    try:
+        await layer.group_discard(room_group(room_id), channel)
+    except Exception:  # the layer is away: the group membership expires
+        log.warning("room %s: could not leave its group", room_id, exc_info=True)
+
+
+def sockets_in(room_id: int) -> int:
+    """How many sockets of the room this process serves (tests, the admin's numbers)."""
+    hub = _hubs.get(room_id)
+    return len(hub.sockets) if hub is not None else 0
