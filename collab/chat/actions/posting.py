@@ -69,9 +69,11 @@ def mentions(text: str) -> list[str]:
 
 
 def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str]]:
+    names = mentions(text)
+    if not names and not room.reply_to_all:  # most posts: no assistant to read
+        return [], []
     assistants = list(room.assistants.select_related("provider").order_by("handle"))
     by_handle = {a.handle.lower(): a for a in assistants}
-    names = mentions(text)
     invoked: dict[int, Assistant] = {}
     unknown: list[str] = []
     for name in names:
@@ -99,14 +101,17 @@ def store_post(
 ) -> tuple[PostResult, list[Message], list[replies.ReplyJob]]:
     try:
         with transaction.atomic():
-            membership = Membership.objects.select_related("user").filter(room_id=room_id, user_id=user_id).first()
+            # The member, the user and the room in one query.
+            membership = (
+                Membership.objects.select_related("user", "room").filter(room_id=room_id, user_id=user_id).first()
+            )
             if membership is None:
                 raise ClientError("room.forbidden", "You are not a member of this room.")
             if client_id is not None:
                 existing = Message.objects.filter(room_id=room_id, author_id=user_id, client_id=client_id).first()
                 if existing is not None:
                     return PostResult(existing, created=False), [], []
-            room = Room.objects.get(pk=room_id)
+            room = membership.room
             rooms.check_open(room)
             assistants, unknown = _invoked(room, text)
             review = agents.review_of(text, assistants)  # `@critic review @planner`: the critic alone
@@ -133,15 +138,18 @@ def store_post(
                 html=render_user_markdown(text) if html is None else html,
             )
             placeholders = each.create(room, message, assistants, personal, seq + 1)
-            jobs = replies.reply_jobs(room, placeholders, message)
-            if review is not None:
-                agents.give_review(jobs, room, review, message)
     except IntegrityError:
         # The same client_id posted concurrently: the other one won; this is a repeat.
         existing = Message.objects.filter(room_id=room_id, author_id=user_id, client_id=client_id).first()
         if client_id is None or existing is None:
             raise
         return PostResult(existing, created=False), [], []
+    # The context is read after the commit, not inside the write transaction: the room's
+    # write lock is held for the writes alone (docs/benchmarks.md, "The post path"). Its
+    # history ends at this post's seq, so a post stored meanwhile is not in it.
+    jobs = replies.reply_jobs(room, placeholders, message) if placeholders else []
+    if review is not None:
+        agents.give_review(jobs, room, review, message)
     return PostResult(message, created=True, unknown_mentions=unknown, refused=refused), placeholders, jobs
 
 

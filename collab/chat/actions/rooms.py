@@ -12,8 +12,7 @@ from typing import Any, NamedTuple
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, connection, transaction
 from django.utils.text import slugify
 
 from collab.chat import broadcast, rendering, shared
@@ -62,12 +61,19 @@ def allocate_seqs(room_id: int, count: int, open_only: bool = False) -> int:
     the UPDATE serialises concurrent posts until commit, so none share or skip a seq.
     `open_only`: only in an open room (a post, a regeneration); this update is the check
     that holds when the room was locked after the caller read it open."""
-    rows = Room.objects.filter(pk=room_id)
-    if not (rows.filter(status=Room.Status.OPEN) if open_only else rows).update(last_seq=F("last_seq") + count):
+    # One round trip: UPDATE ... RETURNING (SQLite 3.35+, PostgreSQL), the ORM has no such update.
+    table, status = Room._meta.db_table, " AND status = %s" if open_only else ""
+    params: list[int | str] = [count, room_id, *([Room.Status.OPEN.value] if open_only else [])]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_seq = last_seq + %s WHERE id = %s{status} RETURNING last_seq",
+            params,
+        )
+        row = cursor.fetchone()
+    if row is None:
         check_open(Room.objects.only("status").get(pk=room_id))  # raises room.locked or room.archived
         raise ClientError("room.locked", "The room was locked and opened again as you posted; send it again.")
-    last = Room.objects.values_list("last_seq", flat=True).get(pk=room_id)
-    return int(last) - count + 1
+    return int(row[0]) - count + 1
 
 
 def check_open(room: Room) -> None:
