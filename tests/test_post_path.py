@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import uuid
 
-from django.db import connection
+import pytest
+from channels.db import database_sync_to_async
+from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
-from collab.chat.actions import posting
-from tests.conftest import World
+from collab.chat.actions import posting, replies
+from collab.chat.models import Message
+from tests.conftest import World, member
 
 
 def statements(queries: CaptureQueriesContext) -> list[str]:
@@ -56,3 +59,22 @@ def test_a_post_that_asks_reads_its_context_after_the_commit(world: World) -> No
         assert kinds.index("COMMIT") == len(kinds) - 2 and kinds[-1] == "SELECT"  # the history after COMMIT
     history = "\n".join(str(m["content"]) for m in jobs[0].messages)
     assert "earlier words" in history and "@a hello" in history
+
+
+@pytest.mark.usefixtures("memory_layer", "replies_idle")
+async def test_a_stored_post_whose_context_fails_is_announced_with_its_reply_failed(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object) -> None:
+        raise DatabaseError("the connection broke after the commit")
+
+    monkeypatch.setattr(replies, "reply_jobs", broken)
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        await alice.post("@a hello")
+        await bob.until(lambda f: any(r.role == "user" for r in f.replies.values()))
+        stored = await database_sync_to_async(list)(Message.objects.order_by("seq").values("role", "status", "error"))
+        assert [m["role"] for m in stored] == ["user", "assistant"]
+        assert stored[1]["status"] == "failed" and "ask again" in stored[1]["error"]
+        await alice.until(lambda f: any(r.role == "assistant" for r in f.replies.values()))
+        assert not alice.frames.errors  # stored: the sender is never told to try again
+        assert 'data-status="failed"' in "".join(alice.raw)

@@ -69,11 +69,14 @@ class RoomConsumer(AsyncWebsocketConsumer):
     # Frames that came while a snapshot was being made: handed on after it (None: none is).
     _held: list[tuple[RoomFrame, bytes | None]] | None = None
     _resync: asyncio.Task[None] | None = None
+    _closing: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         # Per reply, the next offset this socket expects (inf: no more pieces, only its final).
         self.floors: dict[int, float] = {}
         self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self._snapshot_lock = asyncio.Lock()
+        self._snapshots = 0  # snapshots asked for and not yet out (frames are held until none is)
         self.outbox = Outbox(self._send_now, self._too_slow)
         runtime.ensure_started()
         if runtime.draining:  # shutting down: refuse the handshake; the page retries (another process)
@@ -114,18 +117,22 @@ class RoomConsumer(AsyncWebsocketConsumer):
         assert self.room_id is not None and self.user_id is not None
         if self._held is None:
             self._held = []
+        self._snapshots += 1
         try:
-            await fanout.join(self.room_id, self)  # the room's frames (collab/chat/fanout.py)
-            await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
-            await self.channel_layer.group_add(member_group(self.room_id, self.user_id), self.channel_name)
-            messages_html, members_html, self.floors = await snapshot.snapshot(
-                self.room_id, self.room_slug, self.user_id
-            )
-            await self.outbox.put(messages_html + members_html)
+            async with self._snapshot_lock:  # one at a time: the later one reads later
+                await fanout.join(self.room_id, self)  # the room's frames (collab/chat/fanout.py)
+                await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
+                await self.channel_layer.group_add(member_group(self.room_id, self.user_id), self.channel_name)
+                messages_html, members_html, self.floors = await snapshot.snapshot(
+                    self.room_id, self.room_slug, self.user_id
+                )
+                await self.outbox.put(messages_html + members_html)
         finally:
-            held, self._held = self._held or [], None  # (a second resync may have handed them on)
-            for event, data in held:
-                self.take_frame(event, data)
+            self._snapshots -= 1
+            if self._snapshots == 0:  # the last snapshot is out: what came meanwhile, on its floors
+                held, self._held = self._held or [], None
+                for event, data in held:
+                    self.take_frame(event, data)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -191,8 +198,14 @@ class RoomConsumer(AsyncWebsocketConsumer):
         """A frame for this socket: from the room's hub (collab/chat/fanout.py, `data`
         encoded once for the room), or from its own channel (a personal reply's). Sent
         now or queued, never awaited: the hub hands each frame to every socket in turn."""
+        if self.outbox.overflowed:  # closing (too slow, or gone): nothing more
+            return
         if self._held is not None:  # a snapshot is being made: after it
             self._held.append((event, data))
+            if len(self._held) > self.outbox.max_frames:  # as a backlog that long would be (outbox.py)
+                self._held.clear()
+                self.outbox.close()
+                self._closing = asyncio.get_running_loop().create_task(self._too_slow())
             return
         if event.get("by") == self.channel_name:
             return

@@ -57,13 +57,20 @@ class _Hub:
                 if not self.channel.done():  # join() is waiting for it: tell it
                     self.channel.set_exception(exc)
                     self.channel = self.loop.create_future()
+                # Frames may be lost: the process resyncs its sockets once the layer answers
+                # again (lifecycle.py, as after any outage).
+                from collab.chat.lifecycle import runtime
+
+                runtime.stale = True
                 log.warning("room %s: its frames could not be received; again in %s s", self.room_id, RETRY_S)
                 await asyncio.sleep(RETRY_S)
 
     def deliver(self, event: dict[str, Any]) -> None:
         if event.get("type") != "room.frame":  # room.closed: each socket's own handler
             for name in list(self.sockets):
-                self.loop.create_task(_forward(name, event))
+                task = self.loop.create_task(_forward(name, event))
+                _forwarding.add(task)  # held until done: the loop keeps only a weak reference
+                task.add_done_callback(_forwarding.discard)
             return
         data = event["html"].encode()  # once for every socket of the room
         for receiver in list(self.sockets.values()):
@@ -71,6 +78,9 @@ class _Hub:
                 receiver.take_frame(event, data)
             except Exception:  # one socket's failure is not the room's
                 log.exception("a frame could not be handed to socket %s", receiver.channel_name)
+
+
+_forwarding: set[asyncio.Task[None]] = set()
 
 
 async def _forward(name: str, event: dict[str, Any]) -> None:
@@ -91,7 +101,9 @@ async def join(room_id: int, receiver: Receiver) -> None:
     rejoins in case the layer lost its groups."""
     loop = asyncio.get_running_loop()
     hub = _hubs.get(room_id)
-    if hub is None or hub.loop is not loop:  # a hub of a closed loop (tests) is dropped
+    if hub is None or hub.loop is not loop:  # a hub of another loop (tests) is dropped
+        if hub is not None and not hub.loop.is_closed():
+            hub.loop.call_soon_threadsafe(hub.task.cancel)
         hub = _hubs[room_id] = _Hub(room_id, loop)
     hub.sockets[receiver.channel_name] = receiver
     layer = get_channel_layer()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import weakref
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -88,7 +89,12 @@ class LLMError(Exception):
         self.message = message
 
 
-_clients: dict[tuple[int, Endpoint, str, str], openai.AsyncOpenAI] = {}
+# Per event loop (the object, not its id: a new loop may reuse a closed one's address),
+# then per endpoint, key and transport.
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Endpoint, str, str], openai.AsyncOpenAI]] = (
+    weakref.WeakKeyDictionary()
+)
+_closing: set[asyncio.Task[None]] = set()
 
 # "aiohttp" (the default) or "httpx": the transport under the SDK, read when a client is made.
 HTTP_BACKENDS = ("aiohttp", "httpx")
@@ -124,16 +130,19 @@ async def _final_quota(response: httpx2.Response) -> None:
 
 def client_for(endpoint: Endpoint) -> openai.AsyncOpenAI:
     key = _api_key(endpoint)
-    loop_id = id(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
     # The key is part of the cache key so that a rotated key takes effect; it is held
     # in memory only, as the SDK itself holds it.
     backend = http_backend()
-    cache_key = (loop_id, endpoint, key, backend)
-    client = _clients.get(cache_key)
+    cache_key = (endpoint, key, backend)
+    mine = _clients.setdefault(loop, {})
+    client = mine.get(cache_key)
     if client is None:
-        # Drop this endpoint's clients of closed loops or rotated keys.
-        for stale in [k for k in _clients if k[1] == endpoint]:
-            del _clients[stale]
+        # This loop's client of the endpoint with a rotated key or another transport: closed.
+        for stale in [k for k in mine if k[0] == endpoint]:
+            task = loop.create_task(mine.pop(stale).close())
+            _closing.add(task)  # held until done: the loop keeps only a weak reference
+            task.add_done_callback(_closing.discard)
         timeout = httpx2.Timeout(
             connect=endpoint.connect_timeout_s,
             read=endpoint.read_timeout_s,
@@ -148,15 +157,14 @@ def client_for(endpoint: Endpoint) -> openai.AsyncOpenAI:
             max_retries=endpoint.max_retries,
             http_client=http_client(timeout=timeout, event_hooks={"response": [_final_quota]}),
         )
-        _clients[cache_key] = client
+        mine[cache_key] = client
     return client
 
 
 async def aclose_clients() -> None:
     """Close the clients of the running loop (tests, and a server shutting down)."""
-    loop_id = id(asyncio.get_running_loop())
-    for key in [k for k in _clients if k[0] == loop_id]:
-        await _clients.pop(key).close()
+    for client in _clients.pop(asyncio.get_running_loop(), {}).values():
+        await client.close()
 
 
 def _status_error(exc: openai.APIStatusError) -> LLMError:

@@ -15,6 +15,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from collab.chat import metrics
 from collab.chat.actions import agents, budgets, each, replies, rooms
@@ -147,10 +148,28 @@ def store_post(
     # The context is read after the commit, not inside the write transaction: the room's
     # write lock is held for the writes alone (docs/benchmarks.md, "The post path"). Its
     # history ends at this post's seq, so a post stored meanwhile is not in it.
-    jobs = replies.reply_jobs(room, placeholders, message) if placeholders else []
-    if review is not None:
-        agents.give_review(jobs, room, review, message)
+    try:
+        jobs = replies.reply_jobs(room, placeholders, message) if placeholders else []
+        if review is not None:
+            agents.give_review(jobs, room, review, message)
+    except Exception:  # the post is stored: never "try again" (a retry is a repeat, never announced)
+        log.exception("post %s stored, but its replies' context could not be read", message.id)
+        jobs = []
+        _fail(placeholders, "Could not read this conversation for the reply; ask again.")
     return PostResult(message, created=True, unknown_mentions=unknown, refused=refused), placeholders, jobs
+
+
+def _fail(placeholders: list[Message], error: str) -> None:
+    """End replies that cannot start, as stored and as announced (their articles show it)."""
+    for reply in placeholders:
+        reply.status, reply.error, reply.finished_at = Message.Status.FAILED, error, timezone.now()
+    try:
+        ids = [r.id for r in placeholders]
+        Message.objects.filter(pk__in=ids, status=Message.Status.STREAMING).update(
+            status=Message.Status.FAILED, error=error, finished_at=timezone.now()
+        )
+    except Exception:  # the database is away: the sweeper ends them (lifecycle.ORPHAN_GRACE_S)
+        log.warning("could not mark replies %s failed", [r.id for r in placeholders], exc_info=True)
 
 
 async def post_message(user_id: int, room_id: int, text: object, client_id: object = None) -> PostResult:
