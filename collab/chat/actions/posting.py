@@ -161,15 +161,16 @@ def store_post(
 
 def _fail(placeholders: list[Message], error: str) -> None:
     """End replies that cannot start, as stored and as announced (their articles show it)."""
+    now = timezone.now()
     for reply in placeholders:
-        reply.status, reply.error, reply.finished_at = Message.Status.FAILED, error, timezone.now()
+        reply.status, reply.error, reply.finished_at = Message.Status.FAILED, error, now
+    ids = [r.id for r in placeholders]
     try:
-        ids = [r.id for r in placeholders]
         Message.objects.filter(pk__in=ids, status=Message.Status.STREAMING).update(
-            status=Message.Status.FAILED, error=error, finished_at=timezone.now()
+            status=Message.Status.FAILED, error=error, finished_at=now
         )
     except Exception:  # the database is away: the sweeper ends them (lifecycle.ORPHAN_GRACE_S)
-        log.warning("could not mark replies %s failed", [r.id for r in placeholders], exc_info=True)
+        log.warning("could not mark replies %s failed", ids, exc_info=True)
 
 
 async def post_message(user_id: int, room_id: int, text: object, client_id: object = None) -> PostResult:
