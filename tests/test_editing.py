@@ -36,16 +36,16 @@ def _roomy_rate(settings: Any) -> None:
 def requests_seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[dict[str, Any]]]]:
     """The messages of every request the simulated model (a real server, in this process)
     is sent, in order; it answers as usual."""
-    from collab.simulator import app
+    from collab.simulator import reply
 
     seen: list[list[dict[str, Any]]] = []
-    original = app.iter_tokens
+    original = reply.iter_tokens
 
     def recording(messages: Any, *args: Any, **kw: Any) -> Iterator[str]:
         seen.append(list(messages))
         return original(messages, *args, **kw)
 
-    monkeypatch.setattr(app, "iter_tokens", recording)
+    monkeypatch.setattr(reply, "iter_tokens", recording)
     yield seen
 
 

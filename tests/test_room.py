@@ -237,12 +237,12 @@ MARKUP_TOKENS = ["Tom", " &", " Jerry", " say", " <hi>", " &amp;", " a<b>c", " &
 @pytest.fixture
 def markup_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The simulated model (in this process) answering with `<`, `>`, `&` and entities."""
-    from collab.simulator import app
+    from collab.simulator import reply
 
     def tokens(messages: object, seed: int = 0, model: str = "sim", n: int = 120) -> Iterator[str]:
         return iter((MARKUP_TOKENS * (n // len(MARKUP_TOKENS) + 1))[:n])
 
-    monkeypatch.setattr(app, "iter_tokens", tokens)
+    monkeypatch.setattr(reply, "iter_tokens", tokens)
     return MARKUP_TOKENS
 
 
