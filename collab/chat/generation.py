@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -115,6 +116,9 @@ class ReplyJob:
     max_tokens: int | None
     recipient_id: int | None = None  # a personal reply (`/each`): its frames go to this member only
     agent: AgentPlan | None = None  # an agent's run (agent.py): plan, tools, checks, then the answer
+    # The provider's US dollars per million input and output tokens when the reply started:
+    # its stored cost (actions/sink.py), with no read of the provider when it ends.
+    price_per_m: tuple[Decimal, Decimal] = (Decimal(0), Decimal(0))
 
 
 @dataclass

@@ -180,10 +180,13 @@ def user_cost(user_id: int) -> Decimal:
     return total or Decimal(0)
 
 
-def reply_cost(provider: Provider, prompt_tokens: int, completion_tokens: int) -> Decimal:
-    return (provider.price_input_per_m * prompt_tokens + provider.price_output_per_m * completion_tokens) / Decimal(
-        1_000_000
-    )
+def prices(provider: Provider) -> tuple[Decimal, Decimal]:
+    """US dollars per million input and output tokens."""
+    return provider.price_input_per_m, provider.price_output_per_m
+
+
+def reply_cost(price_per_m: tuple[Decimal, Decimal], prompt_tokens: int, completion_tokens: int) -> Decimal:
+    return (price_per_m[0] * prompt_tokens + price_per_m[1] * completion_tokens) / Decimal(1_000_000)
 
 
 class DeploymentSlots:

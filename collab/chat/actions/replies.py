@@ -22,10 +22,10 @@ from django.utils import timezone
 from collab.chat import broadcast, rendering, shared
 from collab.chat.actions import agents, budgets, votes
 from collab.chat.actions.lenses import personal_lenses
-from collab.chat.actions.providers import deployment_slots, provider_config
+from collab.chat.actions.providers import deployment_slots, prices, provider_config
 from collab.chat.actions.rooms import allocate_seqs, check_open, take_post_token
 from collab.chat.actions.sink import RoomSink, _send_final
-from collab.chat.context import build_context
+from collab.chat.context import HISTORY_COLUMNS, HistoryRow, build_context
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.generation import ReplyJob, registry
@@ -43,8 +43,8 @@ def reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[Re
     # Only what the context needs, and no more messages than a budget could hold.
     # Shared messages only: nobody's personal replies (docs/architecture.md, "personal replies").
     recent = Message.objects.filter(room=room, seq__lte=answered.seq).shared().order_by("-seq")
-    fields = ("seq", "role", "status", "text", "author_name", "assistant_id", *votes.STEER_FIELDS)
-    history = votes.steer(room, list(recent.only(*fields)[:60])[::-1])
+    rows = recent.values_list(*HISTORY_COLUMNS)[:60]  # tuples, not model instances (context.HistoryRow)
+    history = votes.steer(room, [HistoryRow._make(row) for row in list(rows)[::-1]])
     lenses = personal_lenses(room, replies)
     jobs = []
     for reply in replies:
@@ -63,6 +63,7 @@ def reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[Re
                 max_tokens=assistant.max_tokens,
                 recipient_id=reply.recipient_id,
                 agent=agents.plan_for(assistant, room, answered, reply),
+                price_per_m=prices(assistant.provider),
             )
         )
     return jobs

@@ -204,16 +204,12 @@ def _store_text(reply_id: int, text: str, reasoning: str = "") -> None:
 
 def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None:
     """Store how the reply ended, unless another process already ended it (it
-    interrupted a reply whose lease had run out): then None."""
-    # reply_to: its final article says whether it answers a since-edited question (rendering.answers_edited)
-    message = (
-        Message.objects.select_related("assistant__provider", "recipient", "reply_to").filter(pk=job.message_id).first()
-    )
-    if message is None:
-        return None
+    interrupted a reply whose lease had run out) or it was deleted: then None. Two
+    statements: the update, then the row as stored (with the votes cast meanwhile) for
+    its final article."""
     if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
         outcome.prompt_tokens = sum(len(m["content"] or "") for m in job.messages) // 4
-    cost = reply_cost(message.assistant.provider, outcome.prompt_tokens, outcome.tokens) if message.assistant else None
+    cost = reply_cost(job.price_per_m, outcome.prompt_tokens, outcome.tokens)
     fields = {
         "text": outcome.text,
         "html": html,
@@ -231,18 +227,18 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None
     }
     if outcome.steps is not None:  # an agent's run
         fields["agent_steps"] = outcome.steps
-    if not Message.objects.filter(pk=message.pk, status=Message.Status.STREAMING).update(**fields):
+    if not Message.objects.filter(pk=job.message_id, status=Message.Status.STREAMING).update(**fields):
         log.warning(
-            "reply %s was already ended elsewhere; its outcome %s is not stored", job.message_id, outcome.status
+            "reply %s was already ended elsewhere (or deleted); its outcome %s is not stored",
+            job.message_id,
+            outcome.status,
         )
         return None
-    for name, value in fields.items():
-        setattr(message, name, value)
     # Votes cast while it streamed (or just now) are counted in its final article, as stored.
-    counted = Message.objects.filter(pk=message.pk).values("votes_up", "votes_down", "verdict", "votes_by").first()
-    for name, value in (counted or {}).items():
-        setattr(message, name, value)
-    return message
+    # reply_to: its final article says whether it answers a since-edited question (rendering.answers_edited)
+    return (
+        Message.objects.select_related("assistant__provider", "recipient", "reply_to").filter(pk=job.message_id).first()
+    )
 
 
 async def _send_final(message: Message) -> None:

@@ -20,6 +20,7 @@ never holds a streaming reply, and its final article shows them).
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 from channels.db import database_sync_to_async
 from django.db import transaction
@@ -28,6 +29,7 @@ from django.utils import timezone
 
 from collab.chat import broadcast, shared
 from collab.chat.actions.rooms import check_open
+from collab.chat.context import Said
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.models import Membership, Message, Room, Vote
@@ -68,14 +70,14 @@ def approved_replies(answered: Message) -> list[Message]:
     )
 
 
-STEER_FIELDS = ("reply_to_id", "verdict", "votes_up", "votes_down", "merge_of")  # what `steer` reads
+_S = TypeVar("_S", bound=Said)
 
 
-def steer(room: Room, history: list[Message]) -> list[Message]:
+def steer(room: Room, history: list[_S]) -> list[_S]:
     """The history an assistant is sent, as the room's votes steer it: rejected replies
     out (when Room.rejected_left_out), and among the parallel answers to one message,
-    the unvoted ones out once any sibling is approved. `history` needs each message's
-    role and STEER_FIELDS."""
+    the unvoted ones out once any sibling is approved. `history`: Messages, or the
+    rows replies.reply_jobs reads (context.HistoryRow)."""
     # Only an approved reply that has ended with a text stands in for its siblings: one
     # streaming again (continued) or empty would leave the question with no answer at all.
     approved_to = {
