@@ -5,6 +5,7 @@ start those replies (actions.replies).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import uuid
@@ -20,6 +21,7 @@ from django.utils import timezone
 from collab.chat import metrics
 from collab.chat.actions import agents, budgets, each, replies, rooms
 from collab.chat.errors import ClientError
+from collab.chat.events import RoomFrame
 from collab.chat.markup import render_user_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
 
@@ -182,12 +184,19 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     result, placeholders, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
     if result.created:
         metrics.POSTS.inc()
-        frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient
-        html = frames[0]["html"]
+        # The model requests go out before the articles are rendered: rendering them
+        # overlaps the model's first token (docs/benchmarks.md, "The first token").
+        sinks = replies.start(jobs)
+        frames: list[RoomFrame] = []
         try:
-            await replies.start_and_announce(jobs, room_id, *frames)
+            if sinks:
+                await asyncio.sleep(0)  # one turn of the loop: the requests' tasks send them
+            frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient
+            await replies.announce(sinks, room_id, frames)
         except Exception:  # stored, and its replies run: never "try again" (a retry would post it twice)
             log.warning("post %s stored but not announced", result.message.id, exc_info=True)
-            result.unsent_frame = html
+            result.unsent_frame = frames[0]["html"] if frames else None
+        finally:
+            replies.release(sinks)  # no piece waits for an article that will not be announced
         await each.tell_started(result.message, placeholders)
     return result
