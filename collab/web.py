@@ -50,7 +50,8 @@ def eager_server() -> type[Server]:
                 type(data) is bytes
                 and data
                 and self.connected
-                and not (self.disconnecting or self._writeDisconnected or self.TLS)
+                and not (self.disconnecting or self._writeDisconnected or self._aborting or self.TLS)
+                and (self.producer is None or self.streamingProducer)  # a pull producer resumes from doWrite
                 and not self._tempDataLen
                 and self.offset == len(self.dataBuffer)
             ):

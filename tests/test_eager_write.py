@@ -103,3 +103,31 @@ def test_after_lose_connection_writes_are_queued_as_twisted_does(pair) -> None:
     server.disconnecting = 1
     server.write(b"late")
     assert reactor.writers == {server} and server._tempDataLen == 4
+
+
+def test_after_abort_connection_nothing_is_written_at_once(pair) -> None:
+    server, _peer, _reactor = pair
+    server._aborting = True
+    server.write(b"late")
+    assert server._tempDataLen == 4  # queued: Twisted's aborted doWrite never sends it
+
+
+def test_a_pull_producer_is_still_resumed_from_do_write(pair) -> None:
+    server, peer, reactor = pair
+
+    class Pull:
+        resumed = 0
+
+        def resumeProducing(self) -> None:
+            self.resumed += 1
+
+        def stopProducing(self) -> None:
+            pass
+
+    producer = Pull()
+    server.registerProducer(producer, False)  # registering one asks it for data once
+    resumed = producer.resumed
+    server.write(b"chunk")
+    assert reactor.writers == {server}
+    assert server.doWrite() is None
+    assert _read(peer, 5) == b"chunk" and producer.resumed == resumed + 1
