@@ -5,7 +5,6 @@ start those replies (actions.replies).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import uuid
@@ -184,14 +183,14 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     result, placeholders, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
     if result.created:
         metrics.POSTS.inc()
-        # The model requests go out before the articles are rendered: rendering them
-        # overlaps the model's first token (docs/benchmarks.md, "The first token").
+        # The model requests start first, and the articles are rendered in a worker thread
+        # meanwhile: the loop is free to send the requests (aiohttp takes a few turns of it),
+        # and the rendering overlaps the model's first token (docs/benchmarks.md, "The first token").
         sinks = replies.start(jobs)
         frames: list[RoomFrame] = []
         try:
-            if sinks:
-                await asyncio.sleep(0)  # one turn of the loop: the requests' tasks send them
-            frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient
+            # The room's, then one per `/each` recipient.
+            frames = await sync_to_async(each.frames, thread_sensitive=False)(result.message, placeholders)
             await replies.announce(sinks, room_id, frames)
         except Exception:  # stored, and its replies run: never "try again" (a retry would post it twice)
             log.warning("post %s stored but not announced", result.message.id, exc_info=True)

@@ -104,8 +104,12 @@ def start(jobs: list[ReplyJob]) -> list[RoomSink]:
     """Start the replies' model requests (tasks: they send once the caller awaits). Each
     reply's pieces wait for `announce` or `release`: a piece of an unknown article is lost."""
     sinks = [RoomSink(job) for job in jobs]
-    for job, sink in zip(jobs, sinks, strict=True):
-        registry.start(job, sink, slots=deployment_slots)
+    try:
+        for job, sink in zip(jobs, sinks, strict=True):
+            registry.start(job, sink, slots=deployment_slots)
+    except BaseException:
+        release(sinks)  # the ones started must not wait for an announcement
+        raise
     return sinks
 
 
