@@ -20,7 +20,6 @@ from django.utils import timezone
 from collab.chat import metrics
 from collab.chat.actions import agents, budgets, each, replies, rooms
 from collab.chat.errors import ClientError
-from collab.chat.events import RoomFrame
 from collab.chat.markup import render_user_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
 
@@ -183,19 +182,12 @@ async def post_message(user_id: int, room_id: int, text: object, client_id: obje
     result, placeholders, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
     if result.created:
         metrics.POSTS.inc()
-        # The model requests start first, and the articles are rendered in a worker thread
-        # meanwhile: the loop is free to send the requests (aiohttp takes a few turns of it),
-        # and the rendering overlaps the model's first token (docs/benchmarks.md, "The first token").
-        sinks = replies.start(jobs)
-        frames: list[RoomFrame] = []
+        frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient
+        html = frames[0]["html"]
         try:
-            # The room's, then one per `/each` recipient.
-            frames = await sync_to_async(each.frames, thread_sensitive=False)(result.message, placeholders)
-            await replies.announce(sinks, room_id, frames)
+            await replies.start_and_announce(jobs, room_id, *frames)
         except Exception:  # stored, and its replies run: never "try again" (a retry would post it twice)
             log.warning("post %s stored but not announced", result.message.id, exc_info=True)
-            result.unsent_frame = frames[0]["html"] if frames else None
-        finally:
-            replies.release(sinks)  # no piece waits for an article that will not be announced
+            result.unsent_frame = html
         await each.tell_started(result.message, placeholders)
     return result

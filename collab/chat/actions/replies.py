@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -97,38 +96,18 @@ async def start_and_announce(jobs: list[ReplyJob], room_id: int, frame: RoomFram
     """Start the replies' model requests, then announce their articles (`more`: the
     personal replies' own "new" frames, actions/each.py): the announcement overlaps the
     model's time to first token, and no piece is sent before it."""
-    await announce(start(jobs), room_id, (frame, *more))
-
-
-def start(jobs: list[ReplyJob]) -> list[RoomSink]:
-    """Start the replies' model requests (tasks: they send once the caller awaits). Each
-    reply's pieces wait for `announce` or `release`: a piece of an unknown article is lost."""
     sinks = [RoomSink(job) for job in jobs]
-    try:
-        for job, sink in zip(jobs, sinks, strict=True):
-            registry.start(job, sink, slots=deployment_slots)
-    except BaseException:
-        release(sinks)  # the ones started must not wait for an announcement
-        raise
-    return sinks
-
-
-async def announce(sinks: list[RoomSink], room_id: int, frames: Sequence[RoomFrame]) -> None:
-    """The replies' shared records, then their articles; their pieces flow from then on."""
+    for job, sink in zip(jobs, sinks, strict=True):
+        registry.start(job, sink, slots=deployment_slots)
     try:
         state = shared.backend()
-        for sink in sinks:
-            await state.begin(sink.job.message_id, room_id, shared.PROCESS_ID)
-        for announcement in frames:
+        for job in jobs:
+            await state.begin(job.message_id, room_id, shared.PROCESS_ID)
+        for announcement in (frame, *more):
             await broadcast.to_room(room_id, announcement)
     finally:
-        release(sinks)
-
-
-def release(sinks: list[RoomSink]) -> None:
-    """Let the replies' pieces go (again: harmless), announced or not."""
-    for sink in sinks:
-        sink.announced.set()
+        for sink in sinks:
+            sink.announced.set()
 
 
 # --- stop, regenerate, interrupt ------------------------------------------------------------------
