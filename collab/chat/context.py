@@ -3,35 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from collab.chat.models import Assistant, Message, Room
 from collab.llm.client import ChatMessage
-
-
-class Said(Protocol):
-    """What the context (and votes.steer) reads of a message: a Message, or a HistoryRow."""
-
-    @property
-    def role(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def author_name(self) -> str: ...
-    @property
-    def assistant_id(self) -> int | None: ...
-    @property
-    def reply_to_id(self) -> int | None: ...
-    @property
-    def verdict(self) -> str: ...
-    @property
-    def votes_up(self) -> int: ...
-    @property
-    def votes_down(self) -> int: ...
-    @property
-    def merge_of(self) -> list[int]: ...
 
 
 class HistoryRow(NamedTuple):
@@ -53,6 +28,7 @@ class HistoryRow(NamedTuple):
 
 
 HISTORY_COLUMNS = HistoryRow._fields
+Said = Message | HistoryRow  # what the context (and votes.steer) reads a message from
 
 
 def build_context(

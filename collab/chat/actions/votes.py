@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from collab.chat import broadcast, shared
 from collab.chat.actions.rooms import check_open
-from collab.chat.context import Said
+from collab.chat.context import HistoryRow
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.models import Membership, Message, Room, Vote
@@ -70,7 +70,7 @@ def approved_replies(answered: Message) -> list[Message]:
     )
 
 
-_S = TypeVar("_S", bound=Said)
+_S = TypeVar("_S", Message, HistoryRow)
 
 
 def steer(room: Room, history: list[_S]) -> list[_S]:
