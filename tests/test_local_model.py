@@ -166,3 +166,17 @@ def test_serve_answers_from_smollm2_to_two_members(tmp_path: Path) -> None:
     printed = log_path.read_text(errors="replace")
     assert f"collab is running at {base}/" in printed
     assert "log in as demo / collab-demo" in printed
+
+
+def test_the_local_server_loads_weights_without_extra_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """collab.llm.local_server turns llama.cpp's weight repacking off (it crashed on AMX)."""
+    require_llama()
+    import llama_cpp.llama_cpp as lib
+
+    from collab.llm import local_server
+
+    assert lib.llama_model_default_params().use_extra_bufts  # llama.cpp's default: on
+    monkeypatch.setattr(lib, "llama_model_default_params", lib.llama_model_default_params)  # put back after
+    local_server.without_extra_buffers()
+    assert lib.llama_model_default_params().use_extra_bufts is False
+    assert local.server_command(Path("m.gguf"), "127.0.0.1", 1)[1:3] == ["-m", "collab.llm.local_server"]

@@ -136,7 +136,8 @@ def server_command(model_path: Path, host: str, port: int) -> list[str]:
     """The command line of llama-cpp-python's OpenAI-compatible server for the model."""
     n = threads()
     return [
-        sys.executable, "-m", "llama_cpp.server",
+        # llama_cpp.server, without the weight repacking that crashes on AMX CPUs (local_server.py)
+        sys.executable, "-m", "collab.llm.local_server",
         "--model", str(model_path),
         "--model_alias", MODEL_NAME,
         "--host", host, "--port", str(port),
