@@ -5,9 +5,9 @@ repacked at load for the CPU's matrix units).
 On a CPU with AMX (Intel Sapphire Rapids and later), llama-cpp-python 0.3.36 built for
 the machine repacks SmolLM2's Q4_1 weights into AMX buffers and the server segfaults at
 the first completion, with or without flash attention (seen 2026-12-03: `Llama(...)`
-then `create_chat_completion` alone crashed; with the buffers off it answered). On the
-CPUs without AMX seen so far these weights were not repacked anyway. Without the
-server's own option for it, the default model parameters are wrapped before it starts.
+then `create_chat_completion` alone crashed; with the buffers off it answered). Where
+repacking would work it may be faster; that was not measured. The server has no option
+for it, so the default model parameters are wrapped before it starts.
 """
 
 from __future__ import annotations
