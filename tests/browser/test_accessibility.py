@@ -118,13 +118,15 @@ def test_keyboard_only(chromium: Any, site: Any) -> None:
     page.keyboard.press("Enter")  # picks @slow
     page.keyboard.type("from the keyboard")
     page.keyboard.press("Enter")
-    article = streaming_article(page, 20)
+    article_id = streaming_article(page, 20).get_attribute(
+        "id"
+    )  # now: once stopped, no locator of a streaming article finds it
     stop = tab_to(lambda f: f["name"] == "Stop", "Shift+Tab")  # back up from the box to the reply
     assert stop["tag"] == "BUTTON"
     outline = page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
     assert outline != "none"  # the focus is visible
     page.keyboard.press("Enter")
-    page.wait_for_selector(f"#{article.get_attribute('id')}[data-status=stopped]")
+    page.wait_for_selector(f"#{article_id}[data-status=stopped]")
     tab_to(lambda f: f["name"].startswith("Members"))
     page.keyboard.press("Enter")
     assert page.locator("#members").is_visible()
