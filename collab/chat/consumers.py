@@ -91,6 +91,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
             return
         self.room_id, self.room_slug, self.read_only = found
         self.user_id = user.pk  # type: ignore[union-attr]
+        self.username: str = user.get_username()  # type: ignore[union-attr]  # a post's early guess (chat/early.py)
         self.outbox.watch(self.base_send)
         metrics.SOCKETS.inc()
         # Online before joining the group: the others are told, and this socket's own
@@ -191,6 +192,12 @@ class RoomConsumer(AsyncWebsocketConsumer):
         # (a thread hop per member per frame, docs/architecture.md).
         if message["type"] == "room.frame":
             self.take_frame(message, None)  # type: ignore[arg-type]
+        elif message["type"] == "websocket.receive":
+            # Nor for a member's action: it is only queued (`receive`), and its database work
+            # goes through database_sync_to_async, which closes old connections itself. The
+            # hop waited for the database thread before a post was even read, behind any
+            # other reply's store (docs/architecture.md, "The first token off the storage path").
+            await self.websocket_receive(message)
         else:
             await super().dispatch(message)
 
@@ -345,7 +352,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
             raise ClientError("server.restarting", "The server is restarting; your page will reconnect.")
         if action == "post":
             result = await posting.post_message(
-                self.user_id, self.room_id, content.get("text"), content.get("client_id")
+                self.user_id, self.room_id, content.get("text"), content.get("client_id"), self.username
             )
             if result.unsent_frame is not None:  # stored, not broadcast: the poster sees it now
                 await self._tell(result.unsent_frame)
