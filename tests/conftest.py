@@ -21,7 +21,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
-from collab.chat import shared
+from collab.chat import early, shared
 from collab.chat.generation import registry
 from collab.chat.lifecycle import runtime
 from collab.chat.models import Assistant, Membership, Provider, Room
@@ -109,6 +109,7 @@ def _one_process_per_test() -> Iterator[None]:
     tests, e.g. sweep_once) and begin with empty shared state."""
     runtime.enabled = False
     shared.reset_memory()
+    early.forget_all()  # no room known from another test (their ids are reused)
     yield
     shared.reset_memory()
 

@@ -14,6 +14,7 @@ class HistoryRow(NamedTuple):
     not a model instance: 60 rows read in 0.65 ms, 60 deferred Messages in 1.2 ms
     (docs/benchmarks.md, "The post path's reads")."""
 
+    id: int
     seq: int
     role: str
     status: str
@@ -28,7 +29,13 @@ class HistoryRow(NamedTuple):
 
 
 HISTORY_COLUMNS = HistoryRow._fields
+HISTORY_MESSAGES = 60  # no more than a budget could hold: a reply's history is the room's last 60
 Said = Message | HistoryRow  # what the context (and votes.steer) reads a message from
+
+
+def row_of(message: Message) -> HistoryRow:
+    """A message as its history row (one stored or just read: its fields, as values_list reads them)."""
+    return HistoryRow._make(getattr(message, name) for name in HISTORY_COLUMNS)
 
 
 def build_context(

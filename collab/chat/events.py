@@ -91,7 +91,15 @@ class ProcessPing(TypedDict):
     process: str
 
 
-Control = ReplyStop | RoomStopAll | ProcessPing
+class ContextChanged(TypedDict):
+    """What replies' context is built from changed without a frame (a room's settings, an
+    assistant, a provider): every process forgets what it knew (chat/early.py)."""
+
+    type: Literal["context.changed"]
+    room_id: int | None  # None: any room (an assistant or a provider changed)
+
+
+Control = ReplyStop | RoomStopAll | ProcessPing | ContextChanged
 
 
 class SocketResync(TypedDict):

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
+from collab.chat import early
 from collab.chat.events import room_group
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class _Hub:
         self.sockets: dict[str, Receiver] = {}
         self.channel: asyncio.Future[str] = loop.create_future()
         self.task = loop.create_task(self._run(), name=f"collab-room-{room_id}")
+        early.watch(room_id)  # its frames reach this process: what it knows of the room stays current
 
     async def _run(self) -> None:
         layer = get_channel_layer()
@@ -62,6 +64,7 @@ class _Hub:
                 from collab.chat.lifecycle import runtime
 
                 runtime.stale = True
+                early.forget(self.room_id)
                 log.warning("room %s: its frames could not be received; again in %s s", self.room_id, RETRY_S)
                 await asyncio.sleep(RETRY_S)
 
@@ -72,6 +75,7 @@ class _Hub:
                 _forwarding.add(task)  # held until done: the loop keeps only a weak reference
                 task.add_done_callback(_forwarding.discard)
             return
+        early.saw(self.room_id, event)  # a frame it did not expect: what it knew of the room is forgotten
         data = event["html"].encode()  # once for every socket of the room
         for receiver in list(self.sockets.values()):
             try:
@@ -119,6 +123,7 @@ def leave(room_id: int, receiver: Receiver) -> None:
     del hub.sockets[receiver.channel_name]
     if not hub.sockets:
         del _hubs[room_id]
+        early.unwatch(room_id)
         hub.task.cancel()  # the pub/sub layer unsubscribes the channel as its receive ends
         if hub.channel.done() and not hub.channel.cancelled() and hub.channel.exception() is None:
             hub.loop.create_task(_discard(room_id, hub.channel.result()))

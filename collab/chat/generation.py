@@ -27,6 +27,7 @@ from collab.chat import metrics
 from collab.chat.agent import AgentPlan, for_reply
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
+from collab.llm.early import EarlyRequest
 from collab.llm.pool import ProviderConfig, SharedSlots, stream_reply
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,9 @@ class ReplyJob:
     # The provider's US dollars per million input and output tokens when the reply started:
     # its stored cost (actions/sink.py), with no read of the provider when it ends.
     price_per_m: tuple[Decimal, Decimal] = (Decimal(0), Decimal(0))
+    # Its model request, if it was sent before the reply was stored and this job's request
+    # is the very one (chat/early.py): taken by the reply's stream, else cancelled.
+    early: EarlyRequest | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -214,6 +218,8 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         nonlocal started, queued, began
         if job.agent is None or not began:  # an agent's first token counts from its first call
             started = loop.time()  # time to first token is the model's, not the queue's
+            if job.early is not None and not job.early.taken and _base_url == job.early.endpoint.base_url:
+                started = job.early.sent_at  # sent before the reply was stored: from then
         began = True
         live.ahead = 0
         if queued:
@@ -244,6 +250,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                     on_queued=on_queued,
                     on_started=on_started,
                     slots=slots,
+                    early=job.early,
                 )
             ) as stream,
         ):
@@ -281,6 +288,8 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         status, error = "failed", "internal error"
     finally:
         live.finishing = True
+        if job.early is not None:  # stopped before its stream took it: given up (no-op once taken)
+            job.early.cancel()
         if thinker is not None:
             await thinker.close()
         await _finish(live, coalescer, status, error, started, first_at, chunks, usage, finish_reason)

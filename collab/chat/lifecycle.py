@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from collab.chat import metrics, shared
+from collab.chat import early, metrics, shared
 from collab.chat.actions import replies, rooms
 from collab.chat.actions.providers import deployment_slots
 from collab.chat.events import PROCESSES_GROUP
@@ -146,6 +146,12 @@ class Runtime:
                 self._spawn(self._resync_sockets())
         elif event.get("type") == "reply.stop":
             registry.stop(int(event["message_id"]), str(event.get("reason", "stopped")))
+        elif event.get("type") == "context.changed":
+            room_id = event.get("room_id")
+            if room_id is None:
+                early.forget_all()
+            else:
+                early.forget(int(room_id))
         elif event.get("type") == "room.stop_all":
             for reply_id in registry.in_room(int(event["room_id"])):
                 registry.stop(reply_id)

@@ -28,3 +28,8 @@ LOOP_LAG = Histogram(
     "How late the event loop ran a timer due every 20 ms",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
 )
+EARLY_REQUESTS = Counter(
+    "collab_early_requests",
+    "Model requests sent before their post was stored (chat/early.py): taken by their reply, or wasted",
+    ["outcome"],
+)

@@ -20,7 +20,7 @@ import os
 import weakref
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import openai
@@ -30,6 +30,9 @@ import orjson
 # {"role": "assistant", "content": str | None, "tool_calls": [...]}, a tool result's
 # {"role": "tool", "tool_call_id": ..., "content": ...}.
 ChatMessage = dict[str, Any]
+
+if TYPE_CHECKING:
+    from collab.llm.early import EarlyRequest
 
 
 @dataclass(frozen=True)
@@ -264,33 +267,15 @@ def _tool_calls(calls: list[_Call]) -> list[ToolCall]:
     return [ToolCall(c.id or f"call_{n}", c.name, "".join(c.parts)) for n, c in enumerate(calls) if c.name]
 
 
-# Ends of a reply that are its own: no `Finish` item.
-_NORMAL_ENDS = frozenset({"stop", "tool_calls", "function_call"})
-
-
-async def stream_chat(
-    endpoint: Endpoint,
+def request_body(
     model: str,
     messages: Sequence[ChatMessage],
-    *,
     temperature: float | None = None,
     max_tokens: int | None = None,
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
-) -> AsyncGenerator[str | Thought | ToolCall | Usage | Finish, None]:
-    """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then
-    the `ToolCall`s it asks for (when `tools` were offered; once the finish_reason came),
-    then a `Usage` if the provider sent one, then a `Finish` if it stopped for another
-    reason than its own end or its tool calls (docs/wire.md: "length").
-
-    `tools`: OpenAI function-calling schemas, sent when not empty; `tool_choice` with them
-    ("none": the model must answer in text, though the request holds tool turns; unset:
-    the provider's default, "auto").
-
-    Raises LLMError for every failure, before or after the first piece. The caller
-    applies the total timeout (it owns the clock that also covers its own work).
-    """
-    client = client_for(endpoint)
+) -> dict[str, Any]:
+    """The streaming request's JSON body (also what an early request is matched on)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": list(messages),
@@ -305,6 +290,41 @@ async def stream_chat(
         body["tools"] = tools
         if tool_choice:
             body["tool_choice"] = tool_choice
+    return body
+
+
+# Ends of a reply that are its own: no `Finish` item.
+_NORMAL_ENDS = frozenset({"stop", "tool_calls", "function_call"})
+
+
+async def stream_chat(
+    endpoint: Endpoint,
+    model: str,
+    messages: Sequence[ChatMessage],
+    *,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | None = None,
+    early: EarlyRequest | None = None,
+) -> AsyncGenerator[str | Thought | ToolCall | Usage | Finish, None]:
+    """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then
+    the `ToolCall`s it asks for (when `tools` were offered; once the finish_reason came),
+    then a `Usage` if the provider sent one, then a `Finish` if it stopped for another
+    reason than its own end or its tool calls (docs/wire.md: "length").
+
+    `tools`: OpenAI function-calling schemas, sent when not empty; `tool_choice` with them
+    ("none": the model must answer in text, though the request holds tool turns; unset:
+    the provider's default, "auto").
+
+    `early`: this request, if it was already sent (llm/early.py) to this endpoint with
+    this very body; it is taken instead of a new one, else cancelled.
+
+    Raises LLMError for every failure, before or after the first piece. The caller
+    applies the total timeout (it owns the clock that also covers its own work).
+    """
+    client = client_for(endpoint)
+    body = request_body(model, messages, temperature, max_tokens, tools, tool_choice)
     calls: list[_Call] = []  # tool calls being assembled (rare: a plain reply has none)
     by_index: dict[int, _Call] = {}
     finished = ""  # the finish_reason, once one came
@@ -313,7 +333,12 @@ async def stream_chat(
         # The SDK's own POST (base URL, auth, headers, retries, status errors), without
         # `chat.completions.create`'s params transform: 1 ms instead of 9 ms of event-loop
         # time per request with 20 history messages (docs/benchmarks.md, "model client").
-        response = await client.post("/chat/completions", body=body, cast_to=httpx2.Response, stream=True)
+        if early is not None and early.fits(endpoint, body):  # sent before the reply was stored
+            response = await early.response()
+        else:
+            if early is not None:
+                early.cancel()
+            response = await client.post("/chat/completions", body=body, cast_to=httpx2.Response, stream=True)
         responded = True
         try:
             events = _sse_data(response)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from collab.llm.client import ChatMessage, Endpoint, Finish, LLMError, Thought, ToolCall, Usage, stream_chat
+from collab.llm.early import EarlyRequest
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +148,22 @@ async def stream_reply(
     on_queued: Callable[[int], Awaitable[None]] | None = None,
     on_started: Callable[[str], Awaitable[None]] | None = None,
     slots: SharedSlots | None = None,
+    early: EarlyRequest | None = None,
 ) -> AsyncGenerator[str | Thought | ToolCall | Usage | Finish, None]:
     """Like `stream_chat`, through the provider's queues and endpoint pool.
 
     `on_queued(position)` is awaited if the request must wait for a slot,
-    `on_started(base_url)` when a request is sent to an endpoint.
+    `on_started(base_url)` when a request is sent to an endpoint. `early`: the request,
+    already sent (llm/early.py); taken by the first endpoint tried if it fits, else
+    cancelled.
     """
     pool = pool_for(config)
-    await pool.acquire(on_queued)
+    try:
+        await pool.acquire(on_queued)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
     token = ""
     try:
         if slots is not None and config.deployment_max_concurrency:
@@ -174,7 +183,9 @@ async def stream_reply(
                     max_tokens=max_tokens,
                     tools=tools,
                     tool_choice=tool_choice,
+                    early=early,
                 )
+                early = None  # the first endpoint's to take or cancel; another sends its own
                 async with aclosing(stream):
                     async for item in stream:
                         # Shown, or acted on (a tool call runs): no other endpoint.
@@ -196,6 +207,8 @@ async def stream_reply(
             error = LLMError(error.kind, f"{error.message} (all {len(pool.endpoints)} endpoints failed)")
         raise error
     finally:
+        if early is not None:  # never reached an endpoint (a slot's wait failed)
+            early.cancel()
         pool.release()
         if token and slots is not None:
             try:

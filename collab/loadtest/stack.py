@@ -35,9 +35,10 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 PASSWORD = "load-" + "pw-1234"  # seeded accounts on a throwaway database
 IDLE_ROOMS = 20  # the idle scenario spreads its sockets over this many rooms of `members`
 _STOP_TIMEOUT_S = 10.0
-# The stack sets every other COLLAB_ variable itself; this one (the model client's HTTP
-# transport, collab/llm/client.py) is the operator's, to compare the two under load.
-PASSED_THROUGH = ("COLLAB_LLM_HTTP",)
+# The stack sets every other COLLAB_ variable itself; these (the model client's HTTP
+# transport, collab/llm/client.py; early requests, chat/early.py) are the operator's, to
+# compare both ways under load.
+PASSED_THROUGH = ("COLLAB_LLM_HTTP", "COLLAB_EARLY_REQUESTS")
 _START_TIMEOUT_S = 90.0
 
 Say = Callable[[str], None]

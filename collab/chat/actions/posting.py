@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
@@ -17,8 +18,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from collab.chat import metrics
+from collab.chat import early, metrics
 from collab.chat.actions import agents, budgets, each, replies, rooms
+from collab.chat.context import row_of
 from collab.chat.errors import ClientError
 from collab.chat.markup import render_user_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
@@ -69,11 +71,28 @@ def mentions(text: str) -> list[str]:
     return list(seen)
 
 
-def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str]]:
+def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str], list[Assistant] | None]:
+    """The assistants a post invokes, the @names that are no assistant's nor member's, and
+    the room's assistants (None: not read, the post names nobody and the room does not
+    reply to all)."""
     names = mentions(text)
     if not names and not room.reply_to_all:  # most posts: no assistant to read
-        return [], []
+        return [], [], None
     assistants = list(room.assistants.select_related("provider").order_by("handle"))
+    invoked, unknown = pick(assistants, names, room.reply_to_all)
+    if unknown:  # a member's name is just text
+        named = Q()
+        for n in unknown:
+            named |= Q(user__username__iexact=n)
+        found = Membership.objects.filter(named, room=room).values_list("user__username", flat=True)
+        members = {u.lower() for u in found}
+        unknown = [n for n in unknown if n not in members]
+    return invoked, unknown, assistants
+
+
+def pick(assistants: Sequence[Assistant], names: list[str], reply_to_all: bool) -> tuple[list[Assistant], list[str]]:
+    """Of the room's assistants, those `names` (mentions) invoke, and the names that are
+    none of theirs."""
     by_handle = {a.handle.lower(): a for a in assistants}
     invoked: dict[int, Assistant] = {}
     unknown: list[str] = []
@@ -84,14 +103,7 @@ def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str]]:
             invoked.setdefault(by_handle[name].id, by_handle[name])
         else:
             unknown.append(name)
-    if unknown:  # a member's name is just text
-        named = Q()
-        for n in unknown:
-            named |= Q(user__username__iexact=n)
-        found = Membership.objects.filter(named, room=room).values_list("user__username", flat=True)
-        members = {u.lower() for u in found}
-        unknown = [n for n in unknown if n not in members]
-    if not invoked and room.reply_to_all:  # mentioning a person never switches the assistants off
+    if not invoked and reply_to_all:  # mentioning a person never switches the assistants off
         invoked = {a.id: a for a in assistants}
     cap = settings.COLLAB["MAX_CONCURRENT_REPLIES_PER_MESSAGE"]
     return list(invoked.values())[:cap], unknown
@@ -100,6 +112,7 @@ def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str]]:
 def store_post(
     user_id: int, room_id: int, text: str, client_id: uuid.UUID | None, html: str | None = None
 ) -> tuple[PostResult, list[Message], list[replies.ReplyJob]]:
+    since = early.epoch(room_id)  # what this process knows of the room, as of now (chat/early.py)
     try:
         with transaction.atomic():
             # The member, the user and the room in one query.
@@ -114,7 +127,7 @@ def store_post(
                     return PostResult(existing, created=False), [], []
             room = membership.room
             rooms.check_open(room)
-            assistants, unknown = _invoked(room, text)
+            assistants, unknown, in_room = _invoked(room, text)
             review = agents.review_of(text, assistants)  # `@critic review @planner`: the critic alone
             if review is not None:
                 assistants = [review.reviewer]
@@ -149,7 +162,15 @@ def store_post(
     # write lock is held for the writes alone (docs/benchmarks.md, "The post path"). Its
     # history ends at this post's seq, so a post stored meanwhile is not in it.
     try:
-        jobs = replies.reply_jobs(room, placeholders, message) if placeholders else []
+        jobs = []
+        if placeholders:
+            rows = replies.read_history(room, message)
+            jobs = replies.reply_jobs(room, placeholders, message, rows)
+            if review is None and personal is None:  # a review's or `/each`'s frames: not guessed
+                placed = [row_of(p) for p in placeholders]
+                early.remember(room, in_room, [*rows, *placed], since, [message.id, *(p.id for p in placeholders)])
+        else:
+            early.posted(message, since)
         if review is not None:
             agents.give_review(jobs, room, review, message)
     except Exception:  # the post is stored: never "try again" (a retry is a repeat, never announced)
@@ -173,13 +194,39 @@ def _fail(placeholders: list[Message], error: str) -> None:
         log.warning("could not mark replies %s failed", ids, exc_info=True)
 
 
-async def post_message(user_id: int, room_id: int, text: object, client_id: object = None) -> PostResult:
+def _guess(room_id: int, author_name: str, text: str) -> list[early.Guess]:
+    """Send the post's model requests now if this process knows the room well enough to
+    guess them (chat/early.py); a post it cannot guess goes the stored way alone."""
+    known = early.known(room_id)
+    if known is None or not early.enabled() or each.is_each(text):
+        return []
+    room = known.room
+    if room.status != Room.Status.OPEN or room.budget_tokens is not None or room.budget_cost is not None:
+        return []  # refused, or its budget read: the stored way says
+    invoked, _ = pick(known.assistants, mentions(text), room.reply_to_all)
+    if not invoked or any(a.is_agent for a in invoked) or agents.review_of(text, list(known.assistants)):
+        return []
+    return early.guess(known, invoked, author_name, text)
+
+
+async def post_message(
+    user_id: int, room_id: int, text: object, client_id: object = None, author_name: str = ""
+) -> PostResult:
+    """`author_name`: the poster's, from their socket; with it, the post's model requests
+    may be sent before it is stored (chat/early.py)."""
     clean_text, parsed_id = check_post(text, client_id)
     await rooms.take_post_token(user_id, room_id)
-    # Markdown and Pygments are CPU work: off the event loop, and off the one database
-    # thread that every post and reply end queue on.
-    html = await sync_to_async(render_user_markdown, thread_sensitive=False)(clean_text)
-    result, placeholders, jobs = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
+    guesses = _guess(room_id, author_name, clean_text) if author_name else []
+    try:
+        # Markdown and Pygments are CPU work: off the event loop, and off the one database
+        # thread that every post and reply end queue on.
+        html = await sync_to_async(render_user_markdown, thread_sensitive=False)(clean_text)
+        stored = await database_sync_to_async(store_post)(user_id, room_id, clean_text, parsed_id, html)
+    except BaseException:  # not stored (refused, the database away, cancelled): no request goes on
+        early.adopt(guesses, [])
+        raise
+    result, placeholders, jobs = stored
+    early.adopt(guesses, jobs)  # a job sent early takes its request; any other guess is cancelled
     if result.created:
         metrics.POSTS.inc()
         frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient

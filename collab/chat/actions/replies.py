@@ -25,7 +25,7 @@ from collab.chat.actions.lenses import personal_lenses
 from collab.chat.actions.providers import deployment_slots, prices, provider_config
 from collab.chat.actions.rooms import allocate_seqs, check_open, take_post_token
 from collab.chat.actions.sink import RoomSink, _send_final
-from collab.chat.context import HISTORY_COLUMNS, HistoryRow, build_context
+from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES, HistoryRow, build_context
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.generation import ReplyJob, registry
@@ -39,12 +39,20 @@ _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII digits only: "²".isdigit() is Tru
 __all__ = ["ReplyJob", "RoomSink", "interrupt", "regenerate_reply", "start_and_announce", "stop_reply"]
 
 
-def reply_jobs(room: Room, replies: list[Message], answered: Message) -> list[ReplyJob]:
-    # Only what the context needs, and no more messages than a budget could hold.
-    # Shared messages only: nobody's personal replies (docs/architecture.md, "personal replies").
+def read_history(room: Room, answered: Message) -> list[HistoryRow]:
+    """The room's messages up to `answered`, oldest first: only what the context needs, and
+    no more messages than a budget could hold. Shared messages only: nobody's personal
+    replies (docs/architecture.md, "personal replies")."""
     recent = Message.objects.filter(room=room, seq__lte=answered.seq).shared().order_by("-seq")
-    rows = recent.values_list(*HISTORY_COLUMNS)[:60]  # tuples, not model instances (context.HistoryRow)
-    history = votes.steer(room, [HistoryRow._make(row) for row in list(rows)[::-1]])
+    rows = recent.values_list(*HISTORY_COLUMNS)[:HISTORY_MESSAGES]  # tuples, not model instances
+    return [HistoryRow._make(row) for row in list(rows)[::-1]]
+
+
+def reply_jobs(
+    room: Room, replies: list[Message], answered: Message, rows: list[HistoryRow] | None = None
+) -> list[ReplyJob]:
+    """A job per reply; `rows`: the room's history as `read_history` returned it, if read."""
+    history = votes.steer(room, read_history(room, answered) if rows is None else rows)
     lenses = personal_lenses(room, replies)
     jobs = []
     for reply in replies:

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from collab.chat import broadcast, rendering, shared
+from collab.chat import broadcast, early, rendering, shared
 from collab.chat.actions import budgets
 from collab.chat.actions.providers import reply_cost
 from collab.chat.events import RoomFrame
@@ -236,9 +236,12 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None
         return None
     # Votes cast while it streamed (or just now) are counted in its final article, as stored.
     # reply_to: its final article says whether it answers a since-edited question (rendering.answers_edited)
-    return (
+    message = (
         Message.objects.select_related("assistant__provider", "recipient", "reply_to").filter(pk=job.message_id).first()
     )
+    if message is not None:
+        early.ended(message)  # the room's history as this process knows it (chat/early.py)
+    return message
 
 
 async def _send_final(message: Message) -> None:

@@ -1,0 +1,164 @@
+"""The first token off the storage path (issue 9, lever 2; chat/early.py): a question's
+model request is sent before the question is stored, from what this process knows of
+the room, and taken by its reply only if it is the very request the stored context
+makes. Against the simulated model, through the real openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from prometheus_client import REGISTRY
+
+from collab.chat import broadcast, early
+from collab.chat.models import Assistant, Message, Room
+from collab.llm.client import Endpoint, request_body, stream_chat
+from collab.llm.early import EarlyRequest
+from tests.conftest import Member, World, all_final, member
+
+pytestmark = pytest.mark.usefixtures("replies_idle", "memory_layer")
+
+
+def count(outcome: str) -> float:
+    return REGISTRY.get_sample_value("collab_early_requests_total", {"outcome": outcome}) or 0.0
+
+
+def sent_with(sim: tuple[str, Any], needle: str) -> list[str]:
+    """The requests the model received whose messages hold `needle`."""
+    return [str(r["messages"]) for r in list(sim[1].recorded) if needle in str(r["messages"])]
+
+
+async def until_sent(sim: tuple[str, Any], needle: str, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        # The simulator serves from its own thread: its record is a plain list, polled.
+        while not sent_with(sim, needle):  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+
+
+async def ask(m: Member, text: str, n: int = 1) -> None:
+    """Post `text` and wait until its `n` replies have ended."""
+    before = len([r for r in m.frames.replies.values() if r.role == "assistant" and r.final_attrs])
+    await m.post(text)
+    await m.until(lambda f: all_final(f, before + n))
+
+
+async def test_a_question_reaches_the_model_while_the_database_is_busy(world: World, sim: tuple[str, Any]) -> None:
+    async with member(world.alice) as alice:
+        await ask(alice, "@a first, to read the room")
+        await alice.post("no question, just chatter")  # stored here: the room stays known
+        await alice.until(lambda f: sum(r.role == "user" for r in f.replies.values()) == 2)
+        assert early.known(world.room.id) is not None
+        taken, wasted = count("taken"), count("wasted")
+        tag = uuid.uuid4().hex
+        release = threading.Event()
+        # The database thread (store_post's) waits on `release`: nothing can be stored meanwhile.
+        busy = asyncio.ensure_future(database_sync_to_async(release.wait)(20))
+        try:
+            await alice.post(f"@a second {tag}")
+            await until_sent(sim, tag)
+            assert not busy.done()  # the request went out before the question could be stored
+        finally:
+            release.set()
+            await busy
+        await alice.until(lambda f: all_final(f, 2))
+        assert len(sent_with(sim, tag)) == 1  # taken by its reply: not sent again
+        assert (count("taken"), count("wasted")) == (taken + 1, wasted)
+        sent = sent_with(sim, tag)[0]
+        assert "just chatter" in sent and "first, to read the room" in sent  # the chatter, and the first reply's
+    reply = await Message.objects.filter(role="assistant").order_by("-seq").afirst()
+    assert reply is not None and reply.status == "done" and reply.text and reply.ttft_ms is not None
+
+
+async def test_a_guess_that_the_stored_context_contradicts_is_cancelled(world: World, sim: tuple[str, Any]) -> None:
+    async with member(world.alice) as alice:
+        await ask(alice, "@a first")
+        # Changed behind the app's back (no frame, no signal): this process's guess is stale.
+        await Room.objects.filter(pk=world.room.pk).aupdate(topic="a topic nobody announced")
+        taken, wasted = count("taken"), count("wasted")
+        tag = uuid.uuid4().hex
+        await ask(alice, f"@a second {tag}")
+        sent = sent_with(sim, tag)
+        assert len(sent) == 2  # the guess, then the request the stored room makes
+        assert "about: testing" in sent[0] and "a topic nobody announced" in sent[1]
+        assert (count("taken"), count("wasted")) == (taken, wasted + 1)
+        # Read again with that post: the next question is guessed right.
+        tag = uuid.uuid4().hex
+        await ask(alice, f"@a third {tag}")
+        assert len(sent_with(sim, tag)) == 1 and count("taken") == taken + 1
+    reply = await Message.objects.filter(role="assistant").order_by("-seq").afirst()
+    assert reply is not None and reply.status == "done"
+
+
+async def test_a_frame_it_did_not_expect_means_no_guess(world: World, sim: tuple[str, Any]) -> None:
+    async with member(world.alice) as alice:
+        await ask(alice, "@a first")
+        assert early.known(world.room.id) is not None
+        # What another process's post looks like here: a "new" frame this process did not send.
+        await broadcast.to_room(world.room.id, {"type": "room.frame", "kind": "new", "msg": 10**9, "html": ""})
+        await alice.until(lambda f: early.known(world.room.id) is None)
+        taken, wasted = count("taken"), count("wasted")
+        tag = uuid.uuid4().hex
+        await ask(alice, f"@a second {tag}")
+        assert len(sent_with(sim, tag)) == 1 and (count("taken"), count("wasted")) == (taken, wasted)
+        assert early.known(world.room.id) is not None  # that post read it again
+
+
+async def test_a_question_that_is_not_stored_cancels_its_request_and_the_sender_is_told(
+    world: World, sim: tuple[str, Any]
+) -> None:
+    async with member(world.alice) as alice:
+        await ask(alice, "@a first")
+        await Room.objects.filter(pk=world.room.pk).aupdate(status=Room.Status.LOCKED)  # no frame: still guessed
+        wasted = count("wasted")
+        tag = uuid.uuid4().hex
+        await alice.post(f"@a refused {tag}")
+        await alice.until(lambda f: "room.locked" in "".join(alice.raw))
+        assert count("wasted") == wasted + 1
+        assert not await Message.objects.filter(text__contains=tag).aexists()
+
+
+async def test_a_change_to_an_assistant_forgets_the_rooms(world: World) -> None:
+    async with member(world.alice) as alice:
+        await ask(alice, "@a first")
+        assert early.known(world.room.id) is not None
+        assistant = await Assistant.objects.aget(handle="a")
+        assistant.system_prompt = "Answer in verse."
+        await assistant.asave()
+        assert early.known(world.room.id) is None
+
+
+async def test_guessing_can_be_turned_off(world: World, sim: tuple[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLLAB_EARLY_REQUESTS", "0")
+    async with member(world.alice) as alice:
+        await ask(alice, "@a first")
+        taken, wasted = count("taken"), count("wasted")
+        await ask(alice, "@a second")
+        assert (count("taken"), count("wasted")) == (taken, wasted)
+
+
+# --- the request itself (llm/early.py) ------------------------------------------------------------
+
+
+async def test_stream_chat_takes_a_request_that_fits_and_cancels_one_that_does_not(sim: tuple[str, Any]) -> None:
+    endpoint = Endpoint(base_url=sim[0], read_timeout_s=5)
+    tag = uuid.uuid4().hex
+    messages = [{"role": "user", "content": f"hello {tag}"}]
+    fits = EarlyRequest(endpoint, request_body("sim", messages, None, 50))
+    text = "".join(
+        [p async for p in stream_chat(endpoint, "sim", messages, max_tokens=50, early=fits) if isinstance(p, str)]
+    )
+    assert text and fits.taken and len(sent_with(sim, tag)) == 1
+    other = uuid.uuid4().hex
+    stale = EarlyRequest(endpoint, request_body("sim", [{"role": "user", "content": f"stale {other}"}], None, 50))
+    fresh = [{"role": "user", "content": f"fresh {other}"}]
+    text = "".join(
+        [p async for p in stream_chat(endpoint, "sim", fresh, max_tokens=50, early=stale) if isinstance(p, str)]
+    )
+    assert text and stale.taken and any(f"fresh {other}" in s for s in sent_with(sim, other))
+    async with asyncio.timeout(10):  # cancelled, or answered first and then closed
+        while not stale.closed:  # noqa: ASYNC110 (its close is a task of its own, not awaitable here)
+            await asyncio.sleep(0.005)
