@@ -15,7 +15,6 @@ transport costs a trip through httpcore, h11 and anyio per chunk (docs/benchmark
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import weakref
 from collections.abc import AsyncGenerator, Sequence
@@ -25,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import httpx2
 import openai
 import orjson
+
+from collab.llm.tool_calls import Calls, ToolCall
 
 # A chat message as the API takes it: {"role": ..., "content": ...}, an assistant's
 # {"role": "assistant", "content": str | None, "tool_calls": [...]}, a tool result's
@@ -68,18 +69,6 @@ class Finish:
     at max_tokens), "content_filter", ... Yielded once, after the last piece."""
 
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """A function call the model asks for (OpenAI function calling). `arguments` is the
-    JSON text as the model wrote it, unchecked (it may be invalid): the caller parses it.
-    Yielded once the stream's finish_reason came, after the reply's last text piece and
-    before its `Usage`."""
-
-    id: str
-    name: str
-    arguments: str
 
 
 class LLMError(Exception):
@@ -210,63 +199,6 @@ def _timed_out(exc: BaseException) -> bool:
     return not type(cause).__module__.startswith("aiohttp") or isinstance(cause, TimeoutError)
 
 
-class _Call:
-    """A tool call being assembled from its streamed fragments."""
-
-    __slots__ = ("id", "name", "parts")
-
-    def __init__(self) -> None:
-        self.id = ""
-        self.name = ""
-        self.parts: list[str] = []
-
-
-def _gather_calls(calls: list[_Call], by_index: dict[int, _Call], fragments: Any) -> None:
-    """Add one delta's `tool_calls` fragments. OpenAI: the first fragment of a call
-    carries `index`, `id`, `type`, `function.name`; the later ones `index` and a piece of
-    `function.arguments`, and calls may interleave by index. Dialects read the same way:
-    `id` (and `name`) repeated on every fragment, a whole call in one fragment (Ollama,
-    some vLLM), `arguments` as an object, no `index` (a fragment without one continues
-    the call with its `id`, else the last call), several calls under one index with
-    different ids (each its own call)."""
-    if not isinstance(fragments, list):
-        return
-    for fragment in fragments:
-        if not isinstance(fragment, dict):
-            continue
-        ident = fragment.get("id") or ""
-        index = fragment.get("index")
-        if isinstance(index, int):
-            call = by_index.get(index)
-        elif ident:
-            call = next((c for c in calls if c.id == ident), None)
-        else:
-            call = calls[-1] if calls else None
-        if call is None or (ident and call.id and call.id != ident):
-            call = _Call()
-            calls.append(call)
-            if isinstance(index, int):
-                by_index[index] = call
-        if ident and not call.id:
-            call.id = str(ident)
-        function = fragment.get("function")
-        if isinstance(function, dict):
-            name = function.get("name")
-            if name and not call.name:
-                call.name = str(name)
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                call.parts.append(arguments)
-            elif arguments is not None:
-                call.parts.append(json.dumps(arguments, ensure_ascii=False))
-
-
-def _tool_calls(calls: list[_Call]) -> list[ToolCall]:
-    """The assembled calls in the order they began; one without a name is dropped, one
-    without an id gets `call_<n>` (the model is answered by id)."""
-    return [ToolCall(c.id or f"call_{n}", c.name, "".join(c.parts)) for n, c in enumerate(calls) if c.name]
-
-
 def request_body(
     model: str,
     messages: Sequence[ChatMessage],
@@ -325,8 +257,7 @@ async def stream_chat(
     """
     client = client_for(endpoint)
     body = request_body(model, messages, temperature, max_tokens, tools, tool_choice)
-    calls: list[_Call] = []  # tool calls being assembled (rare: a plain reply has none)
-    by_index: dict[int, _Call] = {}
+    calls = Calls()  # tool calls being assembled (rare: a plain reply has none)
     finished = ""  # the finish_reason, once one came
     responded = False  # past the status line: a failure from here on is mid-stream
     try:
@@ -366,9 +297,9 @@ async def stream_chat(
                             yield Thought(thought)
                         fragments = delta.get("tool_calls")
                         if fragments:
-                            _gather_calls(calls, by_index, fragments)
+                            calls.add(fragments)
                         elif delta.get("function_call"):  # the legacy single call
-                            _gather_calls(calls, by_index, [{"index": 0, "function": delta["function_call"]}])
+                            calls.add([{"index": 0, "function": delta["function_call"]}])
                     if content:
                         yield content
                     if choice.get("finish_reason"):
@@ -380,10 +311,9 @@ async def stream_chat(
                             if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
                                 chunk["usage"] = groq["usage"]
                         if calls:
-                            for call in _tool_calls(calls):
+                            for call in calls.done():
                                 yield call
-                            calls.clear()
-                            by_index.clear()
+                            calls = Calls()
                 usage = chunk.get("usage")
                 if usage:
                     yield Usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
