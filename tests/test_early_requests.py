@@ -15,9 +15,12 @@ from channels.db import database_sync_to_async
 from prometheus_client import REGISTRY
 
 from collab.chat import broadcast, early
+from collab.chat.generation import Outcome, ReplyJob, registry
 from collab.chat.models import Assistant, Message, Room
+from collab.llm import early as llm_early
 from collab.llm.client import Endpoint, request_body, stream_chat
 from collab.llm.early import EarlyRequest
+from collab.llm.pool import ProviderConfig, first_url, pool_for, stream_reply
 from tests.conftest import Member, World, all_final, member
 
 pytestmark = pytest.mark.usefixtures("replies_idle", "memory_layer")
@@ -40,10 +43,13 @@ async def until_sent(sim: tuple[str, Any], needle: str, timeout: float = 10.0) -
 
 
 async def ask(m: Member, text: str, n: int = 1) -> None:
-    """Post `text` and wait until its `n` replies have ended."""
+    """Post `text` and wait until its `n` replies have ended, and with them their tasks
+    (a reply's request is counted as its task ends)."""
     before = len([r for r in m.frames.replies.values() if r.role == "assistant" and r.final_attrs])
     await m.post(text)
     await m.until(lambda f: all_final(f, before + n))
+    async with asyncio.timeout(10):
+        await registry.wait_idle()
 
 
 async def test_a_question_reaches_the_model_while_the_database_is_busy(world: World, sim: tuple[str, Any]) -> None:
@@ -65,6 +71,8 @@ async def test_a_question_reaches_the_model_while_the_database_is_busy(world: Wo
             release.set()
             await busy
         await alice.until(lambda f: all_final(f, 2))
+        async with asyncio.timeout(10):
+            await registry.wait_idle()
         assert len(sent_with(sim, tag)) == 1  # taken by its reply: not sent again
         assert (count("taken"), count("wasted")) == (taken + 1, wasted)
         sent = sent_with(sim, tag)[0]
@@ -162,3 +170,68 @@ async def test_stream_chat_takes_a_request_that_fits_and_cancels_one_that_does_n
     async with asyncio.timeout(10):  # cancelled, or answered first and then closed
         while not stale.closed:  # noqa: ASYNC110 (its close is a task of its own, not awaitable here)
             await asyncio.sleep(0.005)
+
+
+async def test_a_reply_stopped_before_it_ran_ends_stopped_and_gives_its_request_up(sim: tuple[str, Any]) -> None:
+    config = ProviderConfig(name=f"p-{uuid.uuid4().hex}", base_urls=(sim[0],), read_timeout_s=5)
+    tag = uuid.uuid4().hex
+    messages: list[Any] = [{"role": "user", "content": f"never read {tag}"}]
+    request = EarlyRequest(config.endpoint(sim[0]), request_body("sim", messages, None, 50))
+    job = ReplyJob(10**9, 10**9, config, "sim", messages, None, 50, early=request)
+    wasted = count("wasted")
+
+    class Kept:  # where the reply goes: only its end
+        def __init__(self) -> None:
+            self.outcomes: list[Outcome] = []
+
+        async def piece(self, offset: int, text: str) -> None: ...
+        async def thought(self, offset: int, text: str) -> None: ...
+        async def state(self, text: str) -> None: ...
+        async def finish(self, outcome: Outcome) -> None:
+            self.outcomes.append(outcome)
+
+    kept = Kept()
+    live = registry.start(job, kept)
+    assert registry.stop(job.message_id)  # before the task's first step
+    assert live.task is not None
+    async with asyncio.timeout(10):
+        await live.task
+        await registry.wait_idle()
+        await asyncio.gather(*llm_early._closing)
+    assert [o.status for o in kept.outcomes] == ["stopped"]  # it ends, as stopped, with its text
+    assert request.closed and not request.used and count("wasted") == wasted + 1
+
+
+async def test_a_reply_cancelled_as_its_response_arrives_closes_it(sim: tuple[str, Any]) -> None:
+    endpoint = Endpoint(base_url=sim[0], read_timeout_s=5)
+    tag = uuid.uuid4().hex
+    request = EarlyRequest(endpoint, request_body("sim", [{"role": "user", "content": f"hi {tag}"}], None, 50))
+    waiting: asyncio.Task[Any] = asyncio.get_running_loop().create_task(request.response())
+    # Cancelled by the callback that runs as the response arrives, before `response` resumes:
+    # it then holds an open response that nobody else will close.
+    request._task.add_done_callback(lambda _t: waiting.cancel())
+    await asyncio.sleep(0)  # `waiting` runs to its await (registered after the callback above)
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    async with asyncio.timeout(10):
+        await asyncio.gather(*llm_early._closing)
+    assert request._task.done() and not request._task.cancelled()  # it was answered
+    assert request.closed  # and its response closed
+
+
+async def test_the_endpoint_a_request_was_sent_to_is_tried_first(sim: tuple[str, Any]) -> None:
+    other = sim[0].replace("127.0.0.1", "localhost")  # the same model under another address
+    config = ProviderConfig(name=f"p-{uuid.uuid4().hex}", base_urls=(sim[0], other), read_timeout_s=5)
+    pool = pool_for(config)
+    pool.endpoints[0].in_flight = 1  # busy when the request is sent: it goes to the other
+    assert first_url(config) == other
+    tag = uuid.uuid4().hex
+    messages: list[Any] = [{"role": "user", "content": f"two endpoints {tag}"}]
+    request = EarlyRequest(config.endpoint(other), request_body("sim", messages, None, 50))
+    await until_sent(sim, tag)
+    pool.endpoints[0].in_flight = 0  # free again when the reply starts: still the other first
+    text = [p async for p in stream_reply(config, "sim", messages, max_tokens=50, early=request) if isinstance(p, str)]
+    assert text and request.used and len(sent_with(sim, tag)) == 1
+    # A pool running another configuration is not read as this one's, nor changed by it.
+    changed = ProviderConfig(name=config.name, base_urls=(sim[0],), read_timeout_s=5)
+    assert first_url(changed) is None and pool.config == config

@@ -42,7 +42,7 @@ from collab.chat.models import Assistant, Message, Room
 from collab.llm import LLMError
 from collab.llm.client import request_body
 from collab.llm.early import EarlyRequest
-from collab.llm.pool import pool_for
+from collab.llm.pool import first_url
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,15 @@ class Guess:
     request: EarlyRequest
 
 
+Epoch = tuple[int, int]  # (every room's, the room's own): a read that began before either moved is stale
+
 _lock = threading.Lock()
 _known: dict[int, Known] = {}
 _epochs: dict[int, int] = {}  # per room: bumped by every frame this process did not expect
-_expected: dict[int, set[int]] = {}  # per room: messages whose "new" or "final" frame is this process's own
-_watched: set[int] = set()  # rooms whose frames reach this process (a hub: fanout.py)
+_every = 0  # bumped by forget_all: a read begun before it is not remembered, in any room
+_expected: dict[int, set[tuple[str, int]]] = {}  # per room: the ("new" | "final", message) frames that are ours
+_watched: set[int] = set()  # rooms whose frames reach this process (a hub: fanout.py, once it joined)
+_distrusted = False  # the channel layer was away (lifecycle.py's `stale`): frames may have been lost
 
 
 def watch(room_id: int) -> None:
@@ -91,9 +95,20 @@ def forget(room_id: int) -> None:
 
 
 def forget_all() -> None:
+    global _every
     with _lock:
-        for room_id in {*_known, *_expected}:
-            _forget(room_id)
+        _every += 1
+        _known.clear()
+        _expected.clear()
+
+
+def distrust(away: bool) -> None:
+    """The channel layer is away (True: frames may be lost unseen, so nothing is known or
+    remembered) or back and resynced (False)."""
+    global _distrusted
+    if away:
+        forget_all()
+    _distrusted = away
 
 
 def changed(room_id: int | None) -> None:
@@ -119,8 +134,8 @@ def _forget(room_id: int) -> None:
     _expected.pop(room_id, None)
 
 
-def epoch(room_id: int) -> int:
-    return _epochs.get(room_id, 0)
+def epoch(room_id: int) -> Epoch:
+    return (_every, _epochs.get(room_id, 0))
 
 
 def saw(room_id: int, frame: Mapping[str, Any]) -> None:
@@ -130,9 +145,9 @@ def saw(room_id: int, frame: Mapping[str, Any]) -> None:
         return
     with _lock:
         expected = _expected.get(room_id)
-        msg = frame.get("msg")
-        if expected is not None and kind in ("new", "final") and msg in expected:
-            expected.discard(msg)
+        ours = (kind, frame.get("msg"))
+        if expected is not None and ours in expected:
+            expected.discard(ours)  # type: ignore[arg-type]
             return
         _forget(room_id)
 
@@ -142,12 +157,17 @@ def known(room_id: int) -> Known | None:
 
 
 def remember(
-    room: Room, assistants: Sequence[Assistant] | None, rows: Iterable[HistoryRow], since: int, expect: Iterable[int]
+    room: Room,
+    assistants: Sequence[Assistant] | None,
+    rows: Iterable[HistoryRow],
+    since: Epoch,
+    expect: Iterable[tuple[str, int]],
 ) -> None:
-    """The room as a post's replies just read it (`since`: the epoch before the read).
-    `assistants`: the room's, when the post read them; else those already known."""
+    """The room as a post's replies just read it (`since`: the epoch before the read), and
+    the frames its post sends. `assistants`: the room's, when the post read them; else
+    those already known."""
     with _lock:
-        if room.id not in _watched or epoch(room.id) != since:
+        if _distrusted or room.id not in _watched or epoch(room.id) != since:
             return
         if assistants is None:
             before = _known.get(room.id)
@@ -158,7 +178,7 @@ def remember(
         _expected.setdefault(room.id, set()).update(expect)
 
 
-def posted(message: Message, since: int) -> None:
+def posted(message: Message, since: Epoch) -> None:
     """A post stored here with no reply: one more row of the history."""
     with _lock:
         before = _known.get(message.room_id)
@@ -166,7 +186,7 @@ def posted(message: Message, since: int) -> None:
             return
         rows = (*before.rows, row_of(message))[-HISTORY_MESSAGES:]
         _known[message.room_id] = Known(before.room, before.assistants, rows)
-        _expected.setdefault(message.room_id, set()).add(message.id)
+        _expected.setdefault(message.room_id, set()).add(("new", message.id))
 
 
 def ended(message: Message) -> None:
@@ -179,7 +199,7 @@ def ended(message: Message) -> None:
         if rows == before.rows:  # not among them (a personal reply, an older one): nothing known changes
             return
         _known[message.room_id] = Known(before.room, before.assistants, rows)
-        _expected.setdefault(message.room_id, set()).add(message.id)
+        _expected.setdefault(message.room_id, set()).add(("final", message.id))
 
 
 def guess(known: Known, assistants: Sequence[Assistant], author_name: str, text: str) -> list[Guess]:
@@ -195,8 +215,11 @@ def guess(known: Known, assistants: Sequence[Assistant], author_name: str, text:
         budget = assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"]
         messages = build_context(assistant, known.room, history, budget)
         body = request_body(assistant.model_name, messages, assistant.temperature, assistant.max_tokens)
+        url = first_url(config)
+        if url is None:  # the provider changed since it was known: the stored way reads it
+            continue
         try:
-            request = EarlyRequest(config.endpoint(pool_for(config).candidates()[0].url), body)
+            request = EarlyRequest(config.endpoint(url), body)
         except LLMError:  # its key is not set: the reply fails as it would have
             continue
         guesses.append(Guess(assistant.id, body, request))
@@ -205,9 +228,11 @@ def guess(known: Known, assistants: Sequence[Assistant], author_name: str, text:
 
 def adopt(guesses: list[Guess], jobs: Sequence[ReplyJob]) -> None:
     """Each job takes the request sent for it if it is the very one it would send;
-    the rest are cancelled (no job at all: the post was not stored)."""
+    the rest are cancelled (no job at all: the post was not stored). A job's request is
+    counted once its reply ends (generation.Registry): taken if its stream used it."""
     for job in jobs:
-        if job.agent is not None or job.recipient_id is not None:
+        capped = job.provider.max_concurrency or job.provider.deployment_max_concurrency
+        if job.agent is not None or job.recipient_id is not None or capped:
             continue
         body = request_body(job.model, job.messages, job.temperature, job.max_tokens)
         for g in guesses:
@@ -217,7 +242,6 @@ def adopt(guesses: list[Guess], jobs: Sequence[ReplyJob]) -> None:
                     continue
                 job.early = g.request
                 guesses.remove(g)
-                metrics.EARLY_REQUESTS.labels("taken").inc()
                 break
     for g in guesses:
         g.request.cancel()

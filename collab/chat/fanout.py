@@ -41,7 +41,6 @@ class _Hub:
         self.sockets: dict[str, Receiver] = {}
         self.channel: asyncio.Future[str] = loop.create_future()
         self.task = loop.create_task(self._run(), name=f"collab-room-{room_id}")
-        early.watch(room_id)  # its frames reach this process: what it knows of the room stays current
 
     async def _run(self) -> None:
         layer = get_channel_layer()
@@ -63,8 +62,7 @@ class _Hub:
                 # again (lifecycle.py, as after any outage).
                 from collab.chat.lifecycle import runtime
 
-                runtime.stale = True
-                early.forget(self.room_id)
+                runtime.stale = True  # and what this process knows of its rooms is forgotten (chat/early.py)
                 log.warning("room %s: its frames could not be received; again in %s s", self.room_id, RETRY_S)
                 await asyncio.sleep(RETRY_S)
 
@@ -113,6 +111,8 @@ async def join(room_id: int, receiver: Receiver) -> None:
     layer = get_channel_layer()
     assert layer is not None
     await layer.group_add(room_group(room_id), await asyncio.shield(hub.channel))
+    if _hubs.get(room_id) is hub:  # its frames reach this process: what it knows of the room stays current
+        early.watch(room_id)
 
 
 def leave(room_id: int, receiver: Receiver) -> None:

@@ -160,6 +160,7 @@ class LiveReply:
     job: ReplyJob
     sink: Sink
     stop_reason: str = ""
+    running: bool = False  # its task began: a stop cancels it (before: run_reply sees `stop_reason`)
     finishing: bool = False  # its outcome is being stored: a stop no longer cancels it
     task: asyncio.Task[None] | None = None
     parts: list[str] = field(default_factory=list)  # every token's text, in order
@@ -195,6 +196,7 @@ class LiveReply:
 async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     """Stream one reply through its sink; `sink.finish(outcome)` runs whatever happens."""
     job, sink = live.job, live.sink
+    live.running = True
     coalescer = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.piece)
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -227,6 +229,8 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
             await sink.state("writing…")
 
     try:
+        if live.stop_reason:  # stopped before its task began: a task cancelled then would never run
+            raise asyncio.CancelledError
         if job.agent is not None:  # the log is the reply's thinking channel (agent.py)
             thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
             run = for_reply(live, job.agent, coalescer, thinker, slots, on_queued, on_started)
@@ -348,12 +352,15 @@ class Registry:
         metrics.REPLIES_STREAMING.inc()
         task = asyncio.get_running_loop().create_task(run_reply(live, slots), name=f"reply-{job.message_id}")
         live.task = task
-        task.add_done_callback(lambda _t: self._ended(job.message_id))
+        task.add_done_callback(lambda _t: self._ended(job))
         return live
 
-    def _ended(self, message_id: int) -> None:
-        self._live.pop(message_id, None)
+    def _ended(self, job: ReplyJob) -> None:
+        self._live.pop(job.message_id, None)
         metrics.REPLIES_STREAMING.dec()
+        if job.early is not None:  # a request sent before the reply was stored (chat/early.py)
+            job.early.cancel()  # stopped before its first step: run_reply's own cancel never ran
+            metrics.EARLY_REQUESTS.labels("taken" if job.early.used else "wasted").inc()
 
     def get(self, message_id: int) -> LiveReply | None:
         return self._live.get(message_id)
@@ -374,7 +381,8 @@ class Registry:
             return False
         if not live.finishing:
             live.stop_reason = reason
-            live.task.cancel()
+            if live.running:
+                live.task.cancel()
         return True
 
     def __len__(self) -> int:

@@ -107,10 +107,19 @@ class Runtime:
         # The layer or the shared state was away (or Redis restarted): frames may have been
         # lost, and the list layer's groups with them. Cleared once a ping this process sends
         # itself through the layer comes back, when every open socket is sent its snapshot again.
-        self.stale = False
+        self._stale = False
         self._uptime: float | None = None
         self._failed_at = -math.inf  # when a heartbeat last failed (loop time)
         self._control_channel: str | None = None
+
+    @property
+    def stale(self) -> bool:
+        return self._stale
+
+    @stale.setter
+    def stale(self, away: bool) -> None:
+        self._stale = away
+        early.distrust(away)  # frames lost unseen: what this process knows of its rooms is not trusted
 
     def ensure_started(self) -> None:
         loop = asyncio.get_running_loop()

@@ -136,6 +136,17 @@ def pool_for(config: ProviderConfig) -> Pool:
     return pool
 
 
+def first_url(config: ProviderConfig) -> str | None:
+    """The endpoint a request of this provider would go to now, read without changing its
+    pool; None if the pool runs another configuration than `config` (it is stale)."""
+    pool = _pools.get((id(asyncio.get_running_loop()), config.name))
+    if pool is None:
+        return config.base_urls[0] if config.base_urls else None
+    if pool.config != config:
+        return None
+    return pool.candidates()[0].url
+
+
 async def stream_reply(
     config: ProviderConfig,
     model: str,
@@ -154,8 +165,8 @@ async def stream_reply(
 
     `on_queued(position)` is awaited if the request must wait for a slot,
     `on_started(base_url)` when a request is sent to an endpoint. `early`: the request,
-    already sent (llm/early.py); taken by the first endpoint tried if it fits, else
-    cancelled.
+    already sent (llm/early.py); its endpoint is tried first if healthy, and takes it if
+    it fits, else it is cancelled.
     """
     pool = pool_for(config)
     try:
@@ -169,7 +180,12 @@ async def stream_reply(
         if slots is not None and config.deployment_max_concurrency:
             token = await slots.acquire(config.name, config.deployment_max_concurrency, on_queued)
         error: LLMError | None = None
-        for endpoint in pool.candidates():
+        candidates = pool.candidates()
+        if early is not None:  # the endpoint it was sent to first, if healthy: the request is taken
+            now = time.monotonic()
+            sent_to = [e for e in candidates if e.url == early.endpoint.base_url and e.healthy(now)]
+            candidates = sent_to + [e for e in candidates if e not in sent_to]
+        for endpoint in candidates:
             got_text = False
             endpoint.in_flight += 1
             try:

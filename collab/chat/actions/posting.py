@@ -168,7 +168,8 @@ def store_post(
             jobs = replies.reply_jobs(room, placeholders, message, rows)
             if review is None and personal is None:  # a review's or `/each`'s frames: not guessed
                 placed = [row_of(p) for p in placeholders]
-                early.remember(room, in_room, [*rows, *placed], since, [message.id, *(p.id for p in placeholders)])
+                ours = [("new", message.id), *(("final", p.id) for p in placeholders)]
+                early.remember(room, in_room, [*rows, *placed], since, ours)
         else:
             early.posted(message, since)
         if review is not None:
@@ -196,17 +197,23 @@ def _fail(placeholders: list[Message], error: str) -> None:
 
 def _guess(room_id: int, author_name: str, text: str) -> list[early.Guess]:
     """Send the post's model requests now if this process knows the room well enough to
-    guess them (chat/early.py); a post it cannot guess goes the stored way alone."""
+    guess them (chat/early.py); a post it cannot guess goes the stored way alone, and so
+    does one whose guess fails (a guess never fails a post)."""
     known = early.known(room_id)
     if known is None or not early.enabled() or each.is_each(text):
         return []
     room = known.room
     if room.status != Room.Status.OPEN or room.budget_tokens is not None or room.budget_cost is not None:
         return []  # refused, or its budget read: the stored way says
-    invoked, _ = pick(known.assistants, mentions(text), room.reply_to_all)
-    if not invoked or any(a.is_agent for a in invoked) or agents.review_of(text, list(known.assistants)):
+    try:
+        invoked, _ = pick(known.assistants, mentions(text), room.reply_to_all)
+        if not invoked or any(a.is_agent for a in invoked) or agents.review_of(text, list(known.assistants)):
+            return []
+        return early.guess(known, invoked, author_name, text)
+    except Exception:
+        log.exception("room %s: a post's requests could not be guessed; it goes the stored way", room_id)
+        early.forget(room_id)
         return []
-    return early.guess(known, invoked, author_name, text)
 
 
 async def post_message(
@@ -229,7 +236,13 @@ async def post_message(
     early.adopt(guesses, jobs)  # a job sent early takes its request; any other guess is cancelled
     if result.created:
         metrics.POSTS.inc()
-        frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient
+        try:
+            frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient
+        except BaseException:  # no reply starts: the requests its jobs took are given up
+            for job in jobs:
+                if job.early is not None:
+                    job.early.cancel()
+            raise
         html = frames[0]["html"]
         try:
             await replies.start_and_announce(jobs, room_id, *frames)
