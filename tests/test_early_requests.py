@@ -235,3 +235,20 @@ async def test_the_endpoint_a_request_was_sent_to_is_tried_first(sim: tuple[str,
     # A pool running another configuration is not read as this one's, nor changed by it.
     changed = ProviderConfig(name=config.name, base_urls=(sim[0],), read_timeout_s=5)
     assert first_url(changed) is None and pool.config == config
+
+
+async def test_nothing_is_known_while_the_channel_layer_is_away(world: World) -> None:
+    from collab.chat.lifecycle import runtime
+
+    async with member(world.alice) as alice:
+        await ask(alice, "@a first")
+        assert early.known(world.room.id) is not None
+        runtime.stale = True  # as when a hub's receive or the heartbeat failed: frames may be lost
+        try:
+            assert early.known(world.room.id) is None
+            await ask(alice, "@a second")  # read the stored way, and not remembered
+            assert early.known(world.room.id) is None
+        finally:
+            runtime.stale = False  # the process's own ping came back
+        await ask(alice, "@a third")
+        assert early.known(world.room.id) is not None
