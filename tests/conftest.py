@@ -108,6 +108,7 @@ def _one_process_per_test() -> Iterator[None]:
     """In-process tests start no background work (lifecycle.py: a test calls what it
     tests, e.g. sweep_once) and begin with empty shared state."""
     runtime.enabled = False
+    runtime.stale = False  # a layer another test took away is not this test's (and early.py trusts again)
     shared.reset_memory()
     early.forget_all()  # no room known from another test (their ids are reused)
     yield
