@@ -252,3 +252,29 @@ async def test_nothing_is_known_while_the_channel_layer_is_away(world: World) ->
             runtime.stale = False  # the process's own ping came back
         await ask(alice, "@a third")
         assert early.known(world.room.id) is not None
+
+
+async def test_a_guess_that_fails_partway_gives_up_what_it_sent(
+    world: World, sim: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with member(world.alice) as alice:
+        await ask(alice, "@a first")
+        known = early.known(world.room.id)  # while a socket holds the room
+    assert known is not None and len(known.assistants) == 2
+    built = early.build_context
+
+    def second_fails(assistant: Assistant, *args: Any) -> Any:
+        if assistant.handle == "b":
+            raise RuntimeError("a bug in building b's context")
+        return built(assistant, *args)
+
+    monkeypatch.setattr(early, "build_context", second_fails)
+    wasted = count("wasted")
+    sent: list[EarlyRequest] = []
+    monkeypatch.setattr(early, "EarlyRequest", lambda *a: sent.append(EarlyRequest(*a)) or sent[-1])
+    with pytest.raises(RuntimeError):
+        early.guess(known, list(known.assistants), "alice", "@all both")
+    assert len(sent) == 1 and sent[0].taken and count("wasted") == wasted + 1  # a's, given up
+    async with asyncio.timeout(10):
+        while not sent[0].closed:  # noqa: ASYNC110 (cancelled, or answered and then closed by a task of its own)
+            await asyncio.sleep(0.005)

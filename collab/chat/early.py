@@ -104,11 +104,19 @@ def forget_all() -> None:
 
 def distrust(away: bool) -> None:
     """The channel layer is away (True: frames may be lost unseen, so nothing is known or
-    remembered) or back and resynced (False)."""
+    remembered) or back and resynced (False: a read begun while it was away is not
+    remembered either)."""
     global _distrusted
-    if away:
-        forget_all()
+    forget_all()
     _distrusted = away
+
+
+def give_up(jobs: Iterable[ReplyJob]) -> None:
+    """The jobs will not start: the requests they took are cancelled, and counted wasted."""
+    for job in jobs:
+        if job.early is not None and not job.early.taken:
+            job.early.cancel()
+            metrics.EARLY_REQUESTS.labels("wasted").inc()
 
 
 def changed(room_id: int | None) -> None:
@@ -207,22 +215,26 @@ def guess(known: Known, assistants: Sequence[Assistant], author_name: str, text:
     first. An assistant whose provider has a concurrency cap is not guessed."""
     post = HistoryRow(0, 0, Message.Role.USER, Message.Status.DONE, text, author_name, None, None, "", 0, 0, [])
     history = steer(known.room, [*known.rows[-(HISTORY_MESSAGES - 1) :], post])
-    guesses = []
-    for assistant in assistants:
-        config = provider_config(assistant.provider)
-        if config.max_concurrency or config.deployment_max_concurrency:
-            continue  # a capped provider: a request sent before its slot would exceed the cap
-        budget = assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"]
-        messages = build_context(assistant, known.room, history, budget)
-        body = request_body(assistant.model_name, messages, assistant.temperature, assistant.max_tokens)
-        url = first_url(config)
-        if url is None:  # the provider changed since it was known: the stored way reads it
-            continue
-        try:
-            request = EarlyRequest(config.endpoint(url), body)
-        except LLMError:  # its key is not set: the reply fails as it would have
-            continue
-        guesses.append(Guess(assistant.id, body, request))
+    guesses: list[Guess] = []
+    try:
+        for assistant in assistants:
+            config = provider_config(assistant.provider)
+            if config.max_concurrency or config.deployment_max_concurrency:
+                continue  # a capped provider: a request sent before its slot would exceed the cap
+            budget = assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"]
+            messages = build_context(assistant, known.room, history, budget)
+            body = request_body(assistant.model_name, messages, assistant.temperature, assistant.max_tokens)
+            url = first_url(config)
+            if url is None:  # the provider changed since it was known: the stored way reads it
+                continue
+            try:
+                request = EarlyRequest(config.endpoint(url), body)
+            except LLMError:  # its key is not set: the reply fails as it would have
+                continue
+            guesses.append(Guess(assistant.id, body, request))
+    except BaseException:  # the requests already sent are given up, never left open
+        adopt(guesses, [])
+        raise
     return guesses
 
 

@@ -27,7 +27,7 @@ class EarlyRequest:
         self.endpoint = endpoint
         self.body = body
         self.taken = False  # by a reply (`response`), or given up (`cancel`): never twice
-        self.used = False  # taken by a reply's stream (`response`): not a wasted request
+        self.used = False  # answered, and its reply reads it (`response`): not a wasted request
         loop = asyncio.get_running_loop()
         self.sent_at = loop.time()  # the reply's time to first token counts from here
         client = client_for(endpoint)  # LLMError("config") here: nothing was sent
@@ -39,13 +39,15 @@ class EarlyRequest:
 
     async def response(self) -> httpx2.Response:
         """The response, as `client.post` returns it or raises."""
-        self.taken = self.used = True
+        self.taken = True
         try:
-            return await self._task
+            response = await self._task
         except asyncio.CancelledError:  # the reply stopped: nothing may stay open
             if not self._task.cancel():  # it was answered just as the reply stopped
                 self._task.add_done_callback(_close)
             raise
+        self.used = True  # answered: the reply reads this request's stream
+        return response
 
     @property
     def closed(self) -> bool:

@@ -142,7 +142,7 @@ def first_url(config: ProviderConfig) -> str | None:
     pool = _pools.get((id(asyncio.get_running_loop()), config.name))
     if pool is None:
         return config.base_urls[0] if config.base_urls else None
-    if pool.config != config:
+    if pool.config != config or not pool.endpoints:
         return None
     return pool.candidates()[0].url
 

@@ -239,9 +239,7 @@ async def post_message(
         try:
             frames = each.frames(result.message, placeholders)  # the room's, then one per `/each` recipient
         except BaseException:  # no reply starts: the requests its jobs took are given up
-            for job in jobs:
-                if job.early is not None:
-                    job.early.cancel()
+            early.give_up(jobs)
             raise
         html = frames[0]["html"]
         try:
