@@ -157,4 +157,4 @@ async def merge(user_id: int, room_id: int, message_id: object, assistant: objec
         "replies": [reply.id],
         "html": rendering.frame_new([reply]),
     }
-    await replies.start_and_announce([job], room_id, frame)
+    await replies.start_and_announce([job], room_id, frame, placeholders=[reply])

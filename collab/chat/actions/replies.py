@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -100,11 +101,15 @@ def create_placeholders(
     ]
 
 
-async def start_and_announce(jobs: list[ReplyJob], room_id: int, frame: RoomFrame, *more: RoomFrame) -> None:
+async def start_and_announce(
+    jobs: list[ReplyJob], room_id: int, frame: RoomFrame, *more: RoomFrame, placeholders: Sequence[Message] = ()
+) -> None:
     """Start the replies' model requests, then announce their articles (`more`: the
     personal replies' own "new" frames, actions/each.py): the announcement overlaps the
-    model's time to first token, and no piece is sent before it."""
-    sinks = [RoomSink(job) for job in jobs]
+    model's time to first token, and no piece is sent before it. `placeholders`: the
+    replies as just created, kept by their sinks for their final articles."""
+    created = {p.id: p for p in placeholders}
+    sinks = [RoomSink(job, created.get(job.message_id)) for job in jobs]
     for job, sink in zip(jobs, sinks, strict=True):
         registry.start(job, sink, slots=deployment_slots)
     try:
@@ -221,7 +226,7 @@ async def regenerate_reply(user_id: int, room_id: int, message_id: object) -> No
     frame: RoomFrame = {"type": "room.frame", "kind": "new", "msg": reply.id, "replies": [reply.id], "html": html}
     if reply.recipient_id is not None:  # a personal reply asked again: still its recipient's alone
         frame["to"] = reply.recipient_id
-    await start_and_announce(jobs, room_id, frame)
+    await start_and_announce(jobs, room_id, frame, placeholders=[reply])
 
 
 def _store_interrupted(

@@ -11,10 +11,13 @@ CHECKPOINT_S behind, and stores how the reply ended (docs/architecture.md, "reco
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
+from decimal import Decimal
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from django.db import models
 from django.utils import timezone
 
 from collab.chat import broadcast, early, rendering, shared
@@ -28,6 +31,9 @@ from collab.chat.models import Message
 log = logging.getLogger(__name__)
 
 CHECKPOINT_S = 1.0  # a streaming reply's text is in the database at most this far behind
+_COST = Message._meta.get_field("cost")
+assert isinstance(_COST, models.DecimalField)
+_COST_PLACES = Decimal(1).scaleb(-_COST.decimal_places)  # the cost as its column holds it (1E-6)
 
 
 class RoomSink:
@@ -39,8 +45,9 @@ class RoomSink:
     database holds a checkpoint of the text at most CHECKPOINT_S behind while it streams.
     """
 
-    def __init__(self, job: ReplyJob) -> None:
+    def __init__(self, job: ReplyJob, placeholder: Message | None = None) -> None:
         self.job = job
+        self.placeholder = placeholder  # the reply as its post created it: its final reads less (_as_stored)
         # Set once the reply's article has been broadcast: its first piece must not overtake
         # it. The model request starts before that, so the broadcast overlaps its first token.
         self.announced = asyncio.Event()
@@ -189,7 +196,7 @@ class RoomSink:
             if self._checkpoint is not None:
                 await asyncio.shield(self._checkpoint)  # the final text is stored after it, never under it
             html = await sync_to_async(render_markdown, thread_sensitive=False)(outcome.text) if outcome.text else ""
-            message = await database_sync_to_async(_store_outcome)(self.job, outcome, html)
+            message = await database_sync_to_async(_store_outcome)(self.job, outcome, html, self.placeholder)
             await self.announced.wait()
             if message is not None:
                 await _send_final(message)
@@ -202,14 +209,15 @@ def _store_text(reply_id: int, text: str, reasoning: str = "") -> None:
     Message.objects.filter(pk=reply_id, status=Message.Status.STREAMING).update(text=text, reasoning=reasoning)
 
 
-def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None:
+def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Message | None = None) -> Message | None:
     """Store how the reply ended, unless another process already ended it (it
     interrupted a reply whose lease had run out) or it was deleted: then None. Two
-    statements: the update, then the row as stored (with the votes cast meanwhile) for
-    its final article."""
+    statements: the update, then what changed meanwhile (`_as_stored`) for its final
+    article. `placeholder`: the reply as its post created it, if at hand."""
     if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
         outcome.prompt_tokens = sum(len(m["content"] or "") for m in job.messages) // 4
-    cost = reply_cost(job.price_per_m, outcome.prompt_tokens, outcome.tokens)
+    # As the column holds it (6 places): the final article is rendered from this value (_as_stored).
+    cost = reply_cost(job.price_per_m, outcome.prompt_tokens, outcome.tokens).quantize(_COST_PLACES)
     fields = {
         "text": outcome.text,
         "html": html,
@@ -234,14 +242,42 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str) -> Message | None
             outcome.status,
         )
         return None
-    # Votes cast while it streamed (or just now) are counted in its final article, as stored.
-    # reply_to: its final article says whether it answers a since-edited question (rendering.answers_edited)
-    message = (
-        Message.objects.select_related("assistant__provider", "recipient", "reply_to").filter(pk=job.message_id).first()
-    )
+    message = _as_stored(job.message_id, fields, placeholder)
     if message is not None:
         early.ended(message)  # the room's history as this process knows it (chat/early.py)
     return message
+
+
+# What may change in a reply's row while it streams, besides what its end writes: the votes
+# cast meanwhile, a tombstone, a personal reply shared with the room.
+_MEANWHILE = ("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id")
+
+
+def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | None) -> Message | None:
+    """The reply as stored, for its final article. From the placeholder the post created
+    (its question, assistant and recipient loaded with it) and one narrow read of what may
+    have changed meanwhile, the question's edit among it (rendering.answers_edited): 0.3 ms
+    where the row read again with its three relations takes 1.4 (docs/benchmarks.md). Read
+    whole when there is no placeholder, or it was deleted or shared meanwhile."""
+    if placeholder is not None:
+        found = list(Message.objects.filter(pk=reply_id).values_list(*_MEANWHILE, "reply_to__edited_at")[:1])
+        if not found:
+            return None  # deleted just now
+        *meanwhile, question_edited = found[0]
+        changed = dict(zip(_MEANWHILE, meanwhile, strict=True))
+        loaded = Message.reply_to.is_cached(placeholder) and Message.recipient.is_cached(placeholder)
+        if loaded and changed["deleted_at"] is None and changed["recipient_id"] == placeholder.recipient_id:
+            message = copy.copy(placeholder)  # the post's own instance is left as it was
+            for name, value in (*fields.items(), *changed.items()):
+                setattr(message, name, value)
+            if message.reply_to is not None:
+                question = copy.copy(message.reply_to)
+                question.edited_at = question_edited
+                message.reply_to = question
+            return message
+    # Votes cast while it streamed (or just now) are counted in its final article, as stored.
+    # reply_to: its final article says whether it answers a since-edited question (rendering.answers_edited)
+    return Message.objects.select_related("recipient", "reply_to").filter(pk=reply_id).first()
 
 
 async def _send_final(message: Message) -> None:
