@@ -7,6 +7,7 @@ Fenced code is highlighted by Pygments into <span class> markup that nh3 keeps.
 
 from __future__ import annotations
 
+import functools
 import html as html_lib
 import re
 from typing import Any
@@ -15,17 +16,25 @@ import nh3
 from markdown_it import MarkdownIt
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 _formatter = HtmlFormatter(nowrap=True)
 
 
-def _highlight(code: str, lang: str, _attrs: str) -> str:
+@functools.lru_cache(maxsize=128)
+def _lexer(name: str) -> Lexer | None:
+    """A lexer per language, made once: finding and making one cost more than many a
+    short block's highlighting. Lexers keep no state between texts (shared by threads)."""
     try:
-        lexer = get_lexer_by_name(lang.strip().split()[0]) if lang.strip() else None
+        return get_lexer_by_name(name)
     except ClassNotFound:
-        lexer = None
+        return None
+
+
+def _highlight(code: str, lang: str, _attrs: str) -> str:
+    lexer = _lexer(lang.strip().split()[0]) if lang.strip() else None
     if lexer is None:
         return html_lib.escape(code)
     return highlight(code, lexer, _formatter)
