@@ -126,12 +126,17 @@ def test_a_final_from_its_placeholder_is_the_article_read_whole(world: World) ->
     assert 'data-votes-up="2"' in html and 'data-answers-edited="1"' in html and "The answer." in html
 
 
-def test_a_reply_shared_or_deleted_while_it_streamed_is_read_whole(world: World) -> None:
+def test_a_reply_shared_orphaned_or_deleted_while_it_streamed_is_read_whole(world: World) -> None:
     _, (shared,), (job,) = posting.store_post(world.alice.id, world.room.id, "@a one", uuid.uuid4())
     Message.objects.filter(pk=shared.pk).update(recipient=world.bob)  # not its placeholder's recipient
     message = sink._store_outcome(job, Outcome("Yes.", "done"), "<p>Yes.</p>", shared)
     assert message is not None and message.recipient_id == world.bob.id
     assert rendering.frame_final(message) == final_as_read_whole(shared.pk)
+    question, (orphan,), (job,) = posting.store_post(world.alice.id, world.room.id, "@a why", uuid.uuid4())
+    Message.objects.filter(pk=question.message.pk).delete()  # staff, in the admin: its reply_to is set null
+    message = sink._store_outcome(job, Outcome("Because.", "done"), "<p>Because.</p>", orphan)
+    assert message is not None and message.reply_to_id is None
+    assert rendering.frame_final(message) == final_as_read_whole(orphan.pk)
     _, (gone,), (job,) = posting.store_post(world.alice.id, world.room.id, "@a two", uuid.uuid4())
     Message.objects.filter(pk=gone.pk).update(deleted_at=timezone.now())
     message = sink._store_outcome(job, Outcome("No.", "done"), "<p>No.</p>", gone)

@@ -249,8 +249,9 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Mess
 
 
 # What may change in a reply's row while it streams, besides what its end writes: the votes
-# cast meanwhile, a tombstone, a personal reply shared with the room.
-_MEANWHILE = ("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id")
+# cast meanwhile, a tombstone, a personal reply shared with the room, its question deleted
+# by staff (the admin's delete: reply_to is SET_NULL).
+_MEANWHILE = ("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id", "reply_to_id")
 
 
 def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | None) -> Message | None:
@@ -258,7 +259,7 @@ def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | 
     (its question, assistant and recipient loaded with it) and one narrow read of what may
     have changed meanwhile, the question's edit among it (rendering.answers_edited): 0.3 ms
     where the row read again with its three relations takes 1.4 (docs/benchmarks.md). Read
-    whole when there is no placeholder, or it was deleted or shared meanwhile."""
+    whole when there is no placeholder, or it was deleted, shared or orphaned meanwhile."""
     if placeholder is not None:
         found = list(Message.objects.filter(pk=reply_id).values_list(*_MEANWHILE, "reply_to__edited_at")[:1])
         if not found:
@@ -266,7 +267,8 @@ def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | 
         *meanwhile, question_edited = found[0]
         changed = dict(zip(_MEANWHILE, meanwhile, strict=True))
         loaded = Message.reply_to.is_cached(placeholder) and Message.recipient.is_cached(placeholder)
-        if loaded and changed["deleted_at"] is None and changed["recipient_id"] == placeholder.recipient_id:
+        same = all(changed[k] == getattr(placeholder, k) for k in ("recipient_id", "reply_to_id"))
+        if loaded and same and changed["deleted_at"] is None:
             message = copy.copy(placeholder)  # the post's own instance is left as it was
             for name, value in (*fields.items(), *changed.items()):
                 setattr(message, name, value)
