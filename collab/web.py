@@ -18,11 +18,6 @@ once").
 from __future__ import annotations
 
 import asyncio
-import gc
-import importlib
-import re
-import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -77,30 +72,11 @@ def write_eagerly() -> None:
     tcp.Port.transport = eager_server()
 
 
-def freeze_startup(argv: Sequence[str]) -> bool:
-    """Import the application named on the command line, then move every object alive
-    (Django, the app, the libraries: some 170,000) out of the garbage collector's sight.
-    They live as long as the process, and a full collection walked them all, about
-    100 ms with the event loop stopped; after this it walks only what came since
-    (docs/benchmarks.md, "The collector"). False if no application is named."""
-    app = next((a for a in reversed(argv) if _APP_PATH.fullmatch(a)), None)
-    if app is None:
-        return False
-    importlib.import_module(app.split(":", 1)[0])  # Daphne imports it again: from sys.modules
-    gc.collect()  # no garbage is frozen with it
-    gc.freeze()
-    return True
-
-
-_APP_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")  # module:attribute, as Daphne takes it
-
-
 def main() -> None:
     use_uvloop()
     from daphne.cli import CommandLineInterface  # imports daphne.server: after the policy
 
     write_eagerly()  # after daphne.server installed its reactor
-    freeze_startup(sys.argv[1:])
     CommandLineInterface.entrypoint()
 
 
