@@ -30,7 +30,12 @@ LLAMA_OK = [
 LLAMA_INTERRUPTED = [chunk({"role": "assistant"}), chunk({"content": "Two"}), b"data: [DONE]\n\n"]
 
 
-async def serve(events: list[bytes]) -> tuple[asyncio.Server, str]:
+async def serve(events: list[bytes], *, together: bool = False) -> tuple[asyncio.Server, str]:
+    """A server that sends `events` as HTTP chunks, a drain after each; `together`: all
+    of them in one chunk, so that the client reads them at once."""
+    if together:
+        events = [b"".join(events)]
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         length = next(
@@ -56,14 +61,17 @@ async def cleanup() -> AsyncIterator[None]:
     await aclose_clients()
 
 
-async def run(events: list[bytes]) -> list[str | Usage]:
-    server, url = await serve(events)
+async def run(
+    events: list[bytes], items: list[str | Usage] | None = None, *, together: bool = False
+) -> list[str | Usage]:
+    """What stream_chat yields; `items` keeps what came before a failure."""
+    items = [] if items is None else items
+    server, url = await serve(events, together=together)
     try:
         async with server:
-            return [
-                item
-                async for item in stream_chat(Endpoint(url, max_retries=0), "m", [{"role": "user", "content": "hi"}])
-            ]
+            async for item in stream_chat(Endpoint(url, max_retries=0), "m", [{"role": "user", "content": "hi"}]):
+                items.append(item)
+            return items
     finally:
         server.close()
 
@@ -80,8 +88,19 @@ async def test_done_without_finish_reason_is_a_dropped_stream() -> None:
     assert err.value.kind == "dropped"
 
 
+@pytest.mark.parametrize("together", [False, True], ids=["apart", "one-read"])
 @pytest.mark.usefixtures("cleanup")
-async def test_error_event_mid_stream_is_reported() -> None:
-    events = [chunk({"content": "Hi"}), b'data: {"error": {"message": "overloaded"}}\n\n']
+async def test_error_event_mid_stream_is_reported_after_the_text_before_it(together: bool) -> None:
+    events = [chunk({"content": "Hi"}), chunk({"content": " there"}), b'data: {"error": {"message": "overloaded"}}\n\n']
+    items: list[str | Usage] = []
     with pytest.raises(LLMError, match="overloaded"):
-        await run(events)
+        await run(events, items, together=together)
+    assert items == ["Hi", " there"]  # the reply keeps what came before the failure
+
+
+@pytest.mark.usefixtures("cleanup")
+async def test_a_malformed_chunk_fails_after_the_text_before_it() -> None:
+    items: list[str | Usage] = []
+    with pytest.raises(LLMError, match="malformed") as err:
+        await run([chunk({"content": "Hi"}), b"data: {not json\n\n"], items, together=True)
+    assert (err.value.kind, items) == ("server", ["Hi"])
