@@ -3,8 +3,9 @@
 Through Channels' groups, every frame costs each socket of the room a queue put, a task
 wake-up, a decode of the message and a dispatch (docs/benchmarks.md, "Fan-out"). Here
 the process joins each room's group once, with a channel of its own (a hub), and hands
-every event to the room's sockets in one loop of plain calls: a frame is encoded to
-bytes once and written to each socket at once (Outbox.offer) or queued for it. Frames
+every event to the room's sockets in one loop of plain calls: a frame is made into
+WebSocket bytes once (wsframe.py) and written to each socket at once (Outbox.offer) or
+queued for it. Frames
 keep their order: one receive loop per room reads them as the layer delivers them.
 
 The sockets still have their own channels for what is theirs alone (a personal reply's
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
-from collab.chat import early
+from collab.chat import early, wsframe
 from collab.chat.events import room_group
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class _Hub:
                 task.add_done_callback(_forwarding.discard)
             return
         early.saw(self.room_id, event)  # a frame it did not expect: what it knew of the room is forgotten
-        data = event["html"].encode()  # once for every socket of the room
+        data = wsframe.text_frame(event["html"].encode())  # once for every socket of the room
         for receiver in list(self.sockets.values()):
             try:
                 receiver.take_frame(event, data)

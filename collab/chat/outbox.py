@@ -24,7 +24,7 @@ from typing import Any
 
 from django.conf import settings
 
-from collab.chat import metrics
+from collab.chat import metrics, wsframe
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ class Outbox:
         self.max_frames = int(settings.COLLAB["SOCKET_BACKLOG_FRAMES"])
         self.max_bytes = int(settings.COLLAB["SOCKET_BACKLOG_BYTES"])
         self._protocol: Any | None = None  # Daphne's WebSocket protocol, written to directly
+        self._as_built = False  # a room's frame bytes (wsframe.py) are what this socket's frames are
+        self._max_frame = 0
 
     def watch(self, send: object) -> bool:
         """Ask the connection behind an ASGI `send` to pause and resume this outbox."""
@@ -65,27 +67,40 @@ class Outbox:
             log.warning("no flow control for this socket: it is never cut for being slow", exc_info=True)
             return False
         self._protocol = protocol
+        self._as_built = _plain_frames(protocol)
+        self._max_frame = int(getattr(protocol, "maxMessagePayloadSize", 0) or 0)  # 0: no limit
         return True
 
-    def offer(self, html: str, data: bytes | None = None) -> bool:
+    def offer(self, html: str, frame: bytes | None = None) -> bool:
         """The fast path, per frame and member: write the frame now, without a coroutine,
         when the connection keeps up and nothing waits before it; False when the caller
         must `await put(html)` instead. What Channels' `send` would do, less its three
-        layers of calls (the consumer's, the session middleware's, Daphne's dispatch):
-        autobahn's own `sendMessage` (docs/benchmarks.md, "Nothing lost"). `data`: the
-        frame already encoded (once for a room's sockets, collab/chat/fanout.py)."""
+        layers of calls (the consumer's, the session middleware's, Daphne's dispatch)
+        (docs/benchmarks.md, "Nothing lost"). `frame`: the frame's WebSocket bytes,
+        built once for a room's sockets (collab/chat/fanout.py, wsframe.py), written to
+        the transport as they are; else autobahn's own `sendMessage` frames the text."""
         protocol = self._protocol
         if protocol is None or self.paused or self._task is not None or self.overflowed:
             return False
         if protocol.state != protocol.STATE_OPEN:
             return False  # closing: put() goes the usual way, which ignores a closed socket
-        protocol.sendMessage(html.encode() if data is None else data, False)
+        if frame is None:
+            protocol.sendMessage(html.encode(), False)
+        elif (
+            self._as_built
+            and not protocol.send_queue
+            and protocol._perMessageCompress is None
+            and not (self._max_frame and len(frame) > self._max_frame)
+        ):
+            protocol.transport.write(frame)
+        else:
+            protocol.sendMessage(wsframe.payload(frame), False)
         return True
 
-    def push(self, html: str, data: bytes | None = None) -> None:
+    def push(self, html: str, frame: bytes | None = None) -> None:
         """`put` without waiting, for the room's fan-out (collab/chat/fanout.py): written
         now when the connection keeps up, else queued behind what waits, in order."""
-        if self.overflowed or self.offer(html, data):
+        if self.overflowed or self.offer(html, frame):
             return
         self._enqueue(html)
 
@@ -151,6 +166,24 @@ class Outbox:
         self.overflowed = True
         self._queue.clear()
         self._wake.set()
+
+
+def _plain_frames(protocol: Any) -> bool:
+    """Whether this socket's text frames are exactly `wsframe.text_frame`'s bytes: autobahn
+    would send them unmasked, unfragmented and uncompressed, with no timings to track
+    (Daphne's settings; an unknown protocol object: no). A frame past the socket's size
+    limit is left to autobahn, which refuses it."""
+    try:
+        return (
+            protocol.factory.isServer
+            and not protocol.maskServerFrames
+            and not protocol.autoFragmentSize
+            and not protocol.trackedTimings
+            and protocol._perMessageCompress is None
+            and isinstance(protocol.send_queue, deque)
+        )
+    except AttributeError:
+        return False
 
 
 def _connection_of(send: object) -> Any | None:
