@@ -363,22 +363,26 @@ def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() ->
     assert out["redis_calls"] == {"publish": 80, "subscribe": 4, "unsubscribe": 4}
     assert out["redis_cpu_level_percent"] == 10.0  # 1.2 CPU seconds over 12 s
     assert out["server_cpu_us_per_delivery"] == 3000.0  # 3 CPU seconds over 1,000 deliveries
-    assert out["server_cpu_us_per_token"] is None
+    assert out["server_cpu_us_per_token"] is None  # no reply ended in the window
+    assert out["server_cpu_us_per_token_level"] is None  # no token counter from the second server
 
 
-def test_cpu_per_token_divides_the_level_cpu_by_the_tokens_the_servers_read() -> None:
+def test_cpu_per_token_divides_the_windows_cpu_by_the_tokens_of_the_replies_ended_in_it() -> None:
     sampler = Sampler()
     sampler.watch("server/0", 1, group="server")
-    for t, cpu in [(100.0, 1.0), (110.0, 3.0)]:
+    # The level: members connect (90-100 s), the posting window (100-110 s), the drain (110-130 s).
+    for t, cpu in [(90.0, 0.0), (100.0, 1.0), (110.0, 3.0), (130.0, 4.0)]:
         sampler.samples.append((t, {"server/0": (cpu, 50.0), "server": (cpu, 50.0)}))
     col = Collector()
     col.window = [100.0, 110.0]
     col.count("deliveries", 4000)
-    before = Counters(at=100.0, redis_calls=None, redis_cpu_s=None, metrics=[{"collab_reply_tokens_total": 500.0}])
-    after = Counters(at=110.0, redis_calls=None, redis_cpu_s=None, metrics=[{"collab_reply_tokens_total": 20500.0}])
+    col.count("tokens", 10000)
+    before = Counters(at=90.0, redis_calls=None, redis_cpu_s=None, metrics=[{"collab_reply_tokens_total": 500.0}])
+    after = Counters(at=130.0, redis_calls=None, redis_cpu_s=None, metrics=[{"collab_reply_tokens_total": 16500.0}])
     out = level_resources(sampler, col, {}, ["http://a"], before, after)
     assert out["server_cpu_us_per_delivery"] == 500.0  # 2 CPU seconds over 4,000 deliveries
-    assert out["server_cpu_us_per_token"] == 100.0  # 2 CPU seconds over 20,000 tokens
+    assert out["server_cpu_us_per_token"] == 200.0  # the same 2 CPU seconds over 10,000 tokens
+    assert out["server_cpu_us_per_token_level"] == 250.0  # 4 CPU seconds over the level's 16,000 tokens
 
 
 def test_loop_lag_reads_the_probe_histograms_growth_over_the_level() -> None:
@@ -465,8 +469,11 @@ def test_one_room_run_end_to_end(tmp_path: Path) -> None:
         assert isinstance(report[key], int | float) and report[key] >= 0, key
     assert report["server_rss_mb"] > 0
     # The server's CPU per unit of work: present, positive, and in the printed table.
-    for key in ("server_cpu_us_per_delivery", "server_cpu_us_per_token"):
+    for key in ("server_cpu_us_per_delivery", "server_cpu_us_per_token", "server_cpu_us_per_token_level"):
         assert isinstance(report[key], int | float) and report[key] > 0, (key, report[key])
+    # Both per-unit figures are the posting window's CPU: a delivery costs more than a token
+    # (a frame carries about 20 of them to each of 3 members).
+    assert report["server_cpu_us_per_token"] < report["server_cpu_us_per_delivery"]
     assert "CPU µs/deliv./token" in proc.stdout
     # The server's event-loop lag (its 20 ms probe timer), from its /metrics histogram.
     lag = report["server_loop_lag_ms"]

@@ -45,6 +45,7 @@ REPORT_KEYS = (
     "server_rss_mb",
     "server_cpu_us_per_delivery",
     "server_cpu_us_per_token",
+    "server_cpu_us_per_token_level",
     "server_loop_lag_ms",
     "generator_cpu_percent",
     "servers",
@@ -96,6 +97,7 @@ def build_step(
         "server_rss_mb": resources.get("server_rss_mb"),
         "server_cpu_us_per_delivery": resources.get("server_cpu_us_per_delivery"),
         "server_cpu_us_per_token": resources.get("server_cpu_us_per_token"),
+        "server_cpu_us_per_token_level": resources.get("server_cpu_us_per_token_level"),
         # How late the servers' event loops ran a 20 ms timer (bucket bounds: "<= N ms").
         "server_loop_lag_ms": resources.get("server_loop_lag_ms"),
         "generator_cpu_percent": gen_cpu,

@@ -192,6 +192,9 @@ class RoomReplies(RoomState):
         data_tokens = article.attrs.get("data-tokens", "") if article is not None else ""
         if final_words is not None and data_tokens.isdigit() and int(data_tokens) != n_tokens:
             col.count("tokens_mismatch")
+        ended = [st.final_at for _c, st in states if st.final_at is not None]
+        if data_tokens.isdigit() and ended and self.window[0] <= min(ended) <= self.window[1]:
+            col.count("tokens", int(data_tokens))  # the model tokens the server read for it (CPU per token)
         # The reply's length: its text, or further when some member saw a piece past a gap.
         length = max([len(canon)] + [max(q.end for q in st.ahead.values()) for _c, st in states if st.ahead])
         last_end = 0.0

@@ -285,23 +285,31 @@ def level_resources(
 
 
 def cpu_per_unit(sampler: Sampler, col: Collector, before: Counters, after: Counters) -> dict[str, float | None]:
-    """The servers' CPU time per unit of work, in microseconds (docs/benchmarks.md):
-    `server_cpu_us_per_delivery` over the posting window (every frame a member received
-    in it), `server_cpu_us_per_token` over the whole level (the model tokens the servers
-    read, from their /metrics; None without the metrics token)."""
-    out: dict[str, float | None] = {"server_cpu_us_per_delivery": None, "server_cpu_us_per_token": None}
-    deliveries = col.counts.get("deliveries", 0)
-    if len(col.window) == 2 and deliveries:
+    """The servers' CPU time per unit of work, in microseconds (docs/benchmarks.md), both
+    over the posting window: `server_cpu_us_per_delivery` per frame a member received in
+    it, `server_cpu_us_per_token` per model token of the replies that ended in it (their
+    final articles' data-tokens). `server_cpu_us_per_token_level`: over the whole level,
+    members connecting and the drain included, per token the servers read (from their
+    /metrics; None without the metrics token), as earlier reports gave it."""
+    out: dict[str, float | None] = {
+        "server_cpu_us_per_delivery": None,
+        "server_cpu_us_per_token": None,
+        "server_cpu_us_per_token_level": None,
+    }
+    if len(col.window) == 2:
         start, end = col.window
         cpu, _ = sampler.window("server", start, end)
         if cpu is not None:
-            out["server_cpu_us_per_delivery"] = round(cpu / 100 * (end - start) / deliveries * 1e6, 1)
+            used_s = cpu / 100 * (end - start)
+            for key, unit in (("server_cpu_us_per_delivery", "deliveries"), ("server_cpu_us_per_token", "tokens")):
+                if col.counts.get(unit, 0):
+                    out[key] = round(used_s / col.counts[unit] * 1e6, 1)
     tokens = [_grown(m0, m1, "collab_reply_tokens_total") for m0, m1 in zip(before.metrics, after.metrics, strict=True)]
     if tokens and all(t is not None for t in tokens) and sum(t or 0 for t in tokens) > 0 and after.at > before.at:
         cpu, _ = sampler.window("server", before.at, after.at)
         if cpu is not None:
             used_s = cpu / 100 * (after.at - before.at)
-            out["server_cpu_us_per_token"] = round(used_s / sum(t or 0 for t in tokens) * 1e6, 1)
+            out["server_cpu_us_per_token_level"] = round(used_s / sum(t or 0 for t in tokens) * 1e6, 1)
     return out
 
 

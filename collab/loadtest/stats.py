@@ -47,6 +47,7 @@ COUNTERS = (
     "posts",
     "frames",  # distinct frames the server sent to the rooms, inside the measured window
     "deliveries",  # frames received by all members, inside the measured window
+    "tokens",  # model tokens (data-tokens) of the replies whose final article came inside the measured window
     "frames_total",
     "deliveries_total",
     "pieces_total",
