@@ -530,3 +530,23 @@ def test_two_server_processes_share_each_room(tmp_path: Path) -> None:
     assert isinstance(report["redis_cpu_percent"], int | float)
     text = summary(report) + table([report])
     assert "server processes: #0" in text and "commands per reply" in text
+
+
+def test_the_tokens_read_in_the_window_are_each_replys_share_of_its_stream_inside_it() -> None:
+    from types import SimpleNamespace
+
+    from collab.loadtest.room_replies import RoomReplies
+    from collab.loadtest.room_state import MemberReply
+
+    room = SimpleNamespace(window=[100.0, 110.0])
+
+    def inside(tokens: int, *seen: tuple[float | None, float | None]) -> int:
+        states = [(None, MemberReply(first_at=first, final_at=final)) for first, final in seen]
+        return RoomReplies._tokens_in_window(room, tokens, states)  # type: ignore[arg-type]
+
+    assert inside(750, (102.0, 103.0), (102.1, 103.2)) == 750  # all of it inside
+    assert inside(750, (99.0, 101.0), (99.2, 101.1)) == 375  # half before the window: from the first member's view
+    assert inside(750, (109.5, 110.5)) == 375  # half after it (it ended in the drain)
+    assert inside(750, (98.0, 99.5)) == 0  # before the window
+    assert inside(750, (None, 105.0)) == 750  # no piece seen (a short reply in one frame): its end
+    assert inside(750, (None, None)) == 0  # never ended at any member: no tokens known

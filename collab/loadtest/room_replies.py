@@ -192,9 +192,8 @@ class RoomReplies(RoomState):
         data_tokens = article.attrs.get("data-tokens", "") if article is not None else ""
         if final_words is not None and data_tokens.isdigit() and int(data_tokens) != n_tokens:
             col.count("tokens_mismatch")
-        ended = [st.final_at for _c, st in states if st.final_at is not None]
-        if data_tokens.isdigit() and ended and self.window[0] <= min(ended) <= self.window[1]:
-            col.count("tokens", int(data_tokens))  # the model tokens the server read for it (CPU per token)
+        if data_tokens.isdigit():
+            col.count("tokens", self._tokens_in_window(int(data_tokens), states))
         # The reply's length: its text, or further when some member saw a piece past a gap.
         length = max([len(canon)] + [max(q.end for q in st.ahead.values()) for _c, st in states if st.ahead])
         last_end = 0.0
@@ -226,6 +225,21 @@ class RoomReplies(RoomState):
             if overlap > 0:
                 col.reply_seconds += overlap
         self._canon.pop(msg, None)
+
+    def _tokens_in_window(self, tokens: int, states: list[tuple[Conn, MemberReply]]) -> int:
+        """The reply's model tokens that the server read inside the measured window (CPU
+        per token): its tokens in the share of its stream, from the first piece to the
+        final article at the first member to get them, that lies inside the window (the
+        model streams at an even rate)."""
+        ends = [st.final_at for _c, st in states if st.final_at is not None]
+        if not ends:
+            return 0
+        end = min(ends)
+        start = min([st.first_at for _c, st in states if st.first_at is not None], default=end)
+        lo, hi = self.window
+        if end <= start:
+            return tokens if lo <= end <= hi else 0
+        return round(tokens * max(0.0, min(end, hi) - max(start, lo)) / (end - start))
 
     def _canonical(self, msg: int, texts: dict[int, str], final_words: list[str] | None) -> str:
         """The reply's text: a member's whose words are the final article's, else the longest."""

@@ -47,7 +47,7 @@ COUNTERS = (
     "posts",
     "frames",  # distinct frames the server sent to the rooms, inside the measured window
     "deliveries",  # frames received by all members, inside the measured window
-    "tokens",  # model tokens (data-tokens) of the replies whose final article came inside the measured window
+    "tokens",  # model tokens (data-tokens) the server read inside the measured window (room_replies._tokens_in_window)
     "frames_total",
     "deliveries_total",
     "pieces_total",
