@@ -191,6 +191,48 @@ async def test_a_room_without_a_budget_sends_no_budget_frame(world: World) -> No
 
 
 @memory
+async def test_a_reply_in_a_room_known_to_have_no_budget_reads_nothing_for_it(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collab.chat import early
+
+    read: list[int] = []
+    frame_of = budgets._frame
+    monkeypatch.setattr(budgets, "_frame", lambda room_id: read.append(room_id) or frame_of(room_id))
+    async with member(world.alice) as alice:
+        await alice.post("@a hi")
+        await alice.until(lambda f: all_final(f, 1))
+        assert early.known(world.room.pk) is not None  # its post read the room: this process knows it
+        read.clear()
+        await alice.post("@a again")
+        await alice.until(lambda f: all_final(f, 2))
+    assert read == [] and budget_frames(alice) == []
+
+
+@memory
+async def test_a_budget_set_on_a_known_room_is_shown_after_the_next_reply(world: World) -> None:
+    """The admin saves the room: every process forgets what it knew of it (chat/early.py),
+    so the next reply's end reads the budget and shows it."""
+    from collab.chat import early
+
+    async with member(world.alice) as alice:
+        await alice.post("@a hi")
+        await alice.until(lambda f: all_final(f, 1))
+        assert early.known(world.room.pk) is not None
+
+        def save_budget() -> None:
+            room = Room.objects.get(pk=world.room.pk)
+            room.budget_tokens = 100_000
+            room.save()
+
+        await database_sync_to_async(save_budget)()
+        await alice.post("@a again")
+        await alice.until(lambda f: all_final(f, 2) and bool(budget_frames(alice)))
+    (shown,) = budget_frames(alice)
+    assert shown["data-tokens-left"] == str(100_000 - await database_sync_to_async(used_tokens)(world))
+
+
+@memory
 def test_the_room_page_shows_it_and_the_owner_sees_it_on_the_settings_page(world: World) -> None:
     set_budget(world, tokens=1234)
     client = Client()

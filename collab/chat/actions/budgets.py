@@ -25,7 +25,7 @@ from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from collab.chat import broadcast
+from collab.chat import broadcast, early
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.models import Message, Room
@@ -130,7 +130,11 @@ def _frame(room_id: int) -> RoomFrame | None:
 
 async def announce(room_id: int) -> None:
     """What is left, to the room's sockets (after a reply ends). A room without a budget:
-    one small query, no frame. Never fails its caller."""
+    no frame, and no query if this process knows the room (chat/early.py: its row is
+    forgotten whenever a room is saved, a budget set among it). Never fails its caller."""
+    known = early.known(room_id)
+    if known is not None and known.room.budget_tokens is None and known.room.budget_cost is None:
+        return
     try:
         frame = await database_sync_to_async(_frame)(room_id)
         if frame is not None:
