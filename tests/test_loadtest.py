@@ -363,11 +363,11 @@ def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() ->
     assert out["redis_calls"] == {"publish": 80, "subscribe": 4, "unsubscribe": 4}
     assert out["redis_cpu_level_percent"] == 10.0  # 1.2 CPU seconds over 12 s
     assert out["server_cpu_us_per_delivery"] == 3000.0  # 3 CPU seconds over 1,000 deliveries
-    assert out["server_cpu_us_per_token"] is None  # no reply ended in the window
+    assert out["server_cpu_us_per_token"] is None  # no token counted in the window
     assert out["server_cpu_us_per_token_level"] is None  # no token counter from the second server
 
 
-def test_cpu_per_token_divides_the_windows_cpu_by_the_tokens_of_the_replies_ended_in_it() -> None:
+def test_cpu_per_token_divides_the_windows_cpu_by_the_tokens_read_in_it() -> None:
     sampler = Sampler()
     sampler.watch("server/0", 1, group="server")
     # The level: members connect (90-100 s), the posting window (100-110 s), the drain (110-130 s).
@@ -549,4 +549,16 @@ def test_the_tokens_read_in_the_window_are_each_replys_share_of_its_stream_insid
     assert inside(750, (109.5, 110.5)) == 375  # half after it (it ended in the drain)
     assert inside(750, (98.0, 99.5)) == 0  # before the window
     assert inside(750, (None, 105.0)) == 750  # no piece seen (a short reply in one frame): its end
-    assert inside(750, (None, None)) == 0  # never ended at any member: no tokens known
+    assert inside(750, (None, None)) == 0  # nothing reached any member: nothing to count
+
+
+def test_a_reply_cut_by_the_runs_end_counts_up_to_its_last_piece() -> None:
+    from types import SimpleNamespace
+
+    from collab.loadtest.room_replies import RoomReplies
+    from collab.loadtest.room_state import MemberReply
+
+    room = SimpleNamespace(window=[100.0, 110.0])
+    # Still streaming when the run ended: no final article; pieces from 108 s to 112 s.
+    seen = MemberReply(first_at=108.0, times=[(0, 10, 108.0), (10, 20, 112.0)])
+    assert RoomReplies._tokens_in_window(room, 400, [(None, seen)]) == 200  # type: ignore[arg-type]

@@ -195,6 +195,7 @@ async def test_a_reply_in_a_room_known_to_have_no_budget_reads_nothing_for_it(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from collab.chat import early
+    from collab.chat.generation import registry
 
     read: list[int] = []
     frame_of = budgets._frame
@@ -206,6 +207,7 @@ async def test_a_reply_in_a_room_known_to_have_no_budget_reads_nothing_for_it(
         read.clear()
         await alice.post("@a again")
         await alice.until(lambda f: all_final(f, 2))
+        await registry.wait_idle()  # the reply's end, its announce included, is done
     assert read == [] and budget_frames(alice) == []
 
 
@@ -226,6 +228,7 @@ async def test_a_budget_set_on_a_known_room_is_shown_after_the_next_reply(world:
             room.save()
 
         await database_sync_to_async(save_budget)()
+        assert early.known(world.room.pk) is None  # forgotten on the save's commit, before any post reads it again
         await alice.post("@a again")
         await alice.until(lambda f: all_final(f, 2) and bool(budget_frames(alice)))
     (shown,) = budget_frames(alice)

@@ -44,6 +44,7 @@ def test_a_frame_is_what_daphne_writes_for_the_text(size: int) -> None:
     protocol.sendMessage(data, False)
     assert wsframe.text_frame(data) == transport.value()
     assert wsframe.payload(wsframe.text_frame(data)) == data
+    assert wsframe.payload_size(wsframe.text_frame(data)) == size
 
 
 def opened_outbox() -> tuple[Outbox, Any, StringTransport]:
@@ -83,9 +84,22 @@ def test_a_frame_past_the_size_limit_is_left_to_autobahn() -> None:
     outbox, protocol, transport = opened_outbox()
     protocol.maxMessagePayloadSize = 100
     outbox.watch(functools.partial(lambda _protocol, _message: None, protocol))  # the limit is read here
+    assert outbox.offer("unused", wsframe.text_frame(text(100)))  # at the limit: the bytes as built
+    assert transport.value() == wsframe.text_frame(text(100))
     with pytest.raises(Exception, match="exceeding payload limit"):
-        outbox.offer("unused", wsframe.text_frame(text(200)))
-    assert transport.value() == b""
+        outbox.offer("unused", wsframe.text_frame(text(101)))
+
+
+@pytest.mark.parametrize("option", ["maskServerFrames", "autoFragmentSize", "logFrames"])
+def test_a_socket_whose_frames_autobahn_would_build_otherwise_is_sent_the_text(option: str) -> None:
+    """Masked, fragmented or logged frames: autobahn's own, decided when the socket is watched."""
+    outbox, protocol, transport = opened_outbox()
+    setattr(protocol, option, 4 if option == "autoFragmentSize" else True)
+    outbox.watch(functools.partial(lambda _protocol, _message: None, protocol))
+    sent: list[bytes] = []
+    protocol.sendMessage = lambda data, _binary: sent.append(data)
+    assert outbox.offer("unused", wsframe.text_frame(b"<p>hi</p>"))
+    assert sent == [b"<p>hi</p>"] and transport.value() == b""
 
 
 def test_autobahns_queue_is_not_overtaken() -> None:

@@ -90,7 +90,7 @@ class Outbox:
             self._as_built
             and not protocol.send_queue
             and protocol._perMessageCompress is None
-            and not (self._max_frame and len(frame) > self._max_frame)
+            and not (self._max_frame and wsframe.payload_size(frame) > self._max_frame)
         ):
             protocol.transport.write(frame)
         else:
@@ -170,8 +170,9 @@ class Outbox:
 
 def _plain_frames(protocol: Any) -> bool:
     """Whether this socket's text frames are exactly `wsframe.text_frame`'s bytes: autobahn
-    would send them unmasked, unfragmented and uncompressed, with no timings to track
-    (Daphne's settings; an unknown protocol object: no). A frame past the socket's size
+    would send them unmasked, unfragmented and uncompressed, with no timings to track and
+    no frames or octets to log (Daphne's settings; an unknown protocol object: no). The
+    bytes skip only autobahn's traffic counters, which nothing here reads. A frame past the socket's size
     limit is left to autobahn, which refuses it."""
     try:
         return (
@@ -179,6 +180,8 @@ def _plain_frames(protocol: Any) -> bool:
             and not protocol.maskServerFrames
             and not protocol.autoFragmentSize
             and not protocol.trackedTimings
+            and not protocol.logOctets
+            and not protocol.logFrames
             and protocol._perMessageCompress is None
             and isinstance(protocol.send_queue, deque)
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["payload", "text_frame"]
+__all__ = ["payload", "payload_size", "text_frame"]
 
 _FIN_TEXT = 0x81  # FIN, no RSV bits, opcode 1 (text)
 
@@ -30,7 +30,16 @@ def text_frame(data: bytes) -> bytes:
     return struct.pack("!BBQ", _FIN_TEXT, 127, n) + data
 
 
+def _header(frame: bytes) -> int:
+    size = frame[1] & 0x7F
+    return 2 if size < 126 else 4 if size == 126 else 10
+
+
 def payload(frame: bytes) -> bytes:
     """The data of a frame made by `text_frame`."""
-    size = frame[1] & 0x7F
-    return frame[2 + (size == 126) * 2 + (size == 127) * 8 :]
+    return frame[_header(frame) :]
+
+
+def payload_size(frame: bytes) -> int:
+    """The length of that data, without copying it."""
+    return len(frame) - _header(frame)

@@ -192,8 +192,9 @@ class RoomReplies(RoomState):
         data_tokens = article.attrs.get("data-tokens", "") if article is not None else ""
         if final_words is not None and data_tokens.isdigit() and int(data_tokens) != n_tokens:
             col.count("tokens_mismatch")
-        if data_tokens.isdigit():
-            col.count("tokens", self._tokens_in_window(int(data_tokens), states))
+        # The tokens the server read for it: its article's count, or (no article: it was still
+        # streaming when the run ended) those of the text its members got.
+        col.count("tokens", self._tokens_in_window(int(data_tokens) if data_tokens.isdigit() else n_tokens, states))
         # The reply's length: its text, or further when some member saw a piece past a gap.
         length = max([len(canon)] + [max(q.end for q in st.ahead.values()) for _c, st in states if st.ahead])
         last_end = 0.0
@@ -229,12 +230,15 @@ class RoomReplies(RoomState):
     def _tokens_in_window(self, tokens: int, states: list[tuple[Conn, MemberReply]]) -> int:
         """The reply's model tokens that the server read inside the measured window (CPU
         per token): its tokens in the share of its stream, from the first piece to the
-        final article at the first member to get them, that lies inside the window (the
-        model streams at an even rate)."""
+        final article at the first member to get them (or, with no final article, the last
+        piece any member got), that lies inside the window (the model streams at an even
+        rate)."""
         ends = [st.final_at for _c, st in states if st.final_at is not None]
         if not ends:
+            ends = [max(at for _o, _e, at in st.times) for _c, st in states if st.times]
+        if not ends:
             return 0
-        end = min(ends)
+        end = min(ends) if any(st.final_at is not None for _c, st in states) else max(ends)
         start = min([st.first_at for _c, st in states if st.first_at is not None], default=end)
         lo, hi = self.window
         if end <= start:
