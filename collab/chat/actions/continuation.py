@@ -23,9 +23,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from collab.chat import broadcast, rendering, shared
-from collab.chat.actions import budgets, merging
+from collab.chat.actions import budgets, merging, replies
 from collab.chat.actions.providers import deployment_slots
-from collab.chat.actions.replies import _reply_in_room, answerable_again, reply_jobs
+from collab.chat.actions.replies import _reply_in_room, answerable_again
 from collab.chat.actions.rooms import take_post_token
 from collab.chat.actions.sink import RoomSink
 from collab.chat.errors import ClientError
@@ -95,7 +95,7 @@ def _store_continue(user_id: int, room_id: int, message_id: object) -> tuple[Mes
         ):
             raise ClientError("reply.streaming", "This reply is still being written.")
         reply.status, reply.finish_reason, reply.error, reply.finished_at = Message.Status.STREAMING, "", "", None
-        job = reply_jobs(room, [reply], question)[0]
+        job = replies.reply_jobs(room, [reply], question)[0]  # looked up on the module, as posting does
         job.agent = None  # a continuation goes on with the text, never as a new agent run
         if reply.merge_of:  # a merge goes on from the answers it drew from (actions/merging.py)
             merging.redo(reply, job, reply.merge_of)
