@@ -202,8 +202,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await super().dispatch(message)
 
     def take_frame(self, event: RoomFrame, data: bytes | None) -> None:
-        """A frame for this socket: from the room's hub (collab/chat/fanout.py, `data`
-        encoded once for the room), or from its own channel (a personal reply's). Sent
+        """A frame for this socket: from the room's hub (collab/chat/fanout.py, `data` the
+        frame's WebSocket bytes, made once for the room: wsframe.py), or from its own
+        channel (a personal reply's; `data` None). Sent
         now or queued, never awaited: the hub hands each frame to every socket in turn."""
         if self.outbox.overflowed:  # closing (too slow, or gone): nothing more
             return

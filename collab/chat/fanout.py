@@ -5,8 +5,8 @@ wake-up, a decode of the message and a dispatch (docs/benchmarks.md, "Fan-out").
 the process joins each room's group once, with a channel of its own (a hub), and hands
 every event to the room's sockets in one loop of plain calls: a frame is made into
 WebSocket bytes once (wsframe.py) and written to each socket at once (Outbox.offer) or
-queued for it. Frames
-keep their order: one receive loop per room reads them as the layer delivers them.
+queued for it. Frames keep their order: one receive loop per room reads them as the
+layer delivers them.
 
 The sockets still have their own channels for what is theirs alone (a personal reply's
 frames, a resync, their user's events). Events of the room's group other than frames

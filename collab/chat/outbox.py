@@ -172,8 +172,8 @@ def _plain_frames(protocol: Any) -> bool:
     """Whether this socket's text frames are exactly `wsframe.text_frame`'s bytes: autobahn
     would send them unmasked, unfragmented and uncompressed, with no timings to track and
     no frames or octets to log (Daphne's settings; an unknown protocol object: no). The
-    bytes skip only autobahn's traffic counters, which nothing here reads. A frame past the socket's size
-    limit is left to autobahn, which refuses it."""
+    bytes skip only autobahn's traffic counters, which nothing here reads. A frame past
+    the socket's size limit is left to autobahn, which refuses it."""
     try:
         return (
             protocol.factory.isServer
