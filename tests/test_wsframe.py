@@ -57,9 +57,13 @@ def opened_outbox() -> tuple[Outbox, Any, StringTransport]:
         raise AssertionError("nothing overflows here")
 
     outbox = Outbox(send, overflow)
-    # What Daphne hands a consumer as `send`: partial(server.handle_reply, protocol).
-    assert outbox.watch(functools.partial(lambda _protocol, _message: None, protocol))
+    assert watch(outbox, protocol)
     return outbox, protocol, transport
+
+
+def watch(outbox: Outbox, protocol: Any) -> bool:
+    """What the consumer does at connect: Daphne hands it `partial(server.handle_reply, protocol)`."""
+    return outbox.watch(functools.partial(lambda _protocol, _message: None, protocol))
 
 
 @pytest.mark.parametrize("size", [10, 200, 70000])
@@ -83,7 +87,7 @@ def test_a_socket_that_compresses_is_sent_the_text_the_usual_way() -> None:
 def test_a_frame_past_the_size_limit_is_left_to_autobahn() -> None:
     outbox, protocol, transport = opened_outbox()
     protocol.maxMessagePayloadSize = 100
-    outbox.watch(functools.partial(lambda _protocol, _message: None, protocol))  # the limit is read here
+    watch(outbox, protocol)  # the limit is read here
     assert outbox.offer("unused", wsframe.text_frame(text(100)))  # at the limit: the bytes as built
     assert transport.value() == wsframe.text_frame(text(100))
     with pytest.raises(Exception, match="exceeding payload limit"):
@@ -95,7 +99,7 @@ def test_a_socket_whose_frames_autobahn_would_build_otherwise_is_sent_the_text(o
     """Masked, fragmented or logged frames: autobahn's own, decided when the socket is watched."""
     outbox, protocol, transport = opened_outbox()
     setattr(protocol, option, 4 if option == "autoFragmentSize" else True)
-    outbox.watch(functools.partial(lambda _protocol, _message: None, protocol))
+    watch(outbox, protocol)
     sent: list[bytes] = []
     protocol.sendMessage = lambda data, _binary: sent.append(data)
     assert outbox.offer("unused", wsframe.text_frame(b"<p>hi</p>"))

@@ -204,8 +204,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
     def take_frame(self, event: RoomFrame, data: bytes | None) -> None:
         """A frame for this socket: from the room's hub (collab/chat/fanout.py, `data` the
         frame's WebSocket bytes, made once for the room: wsframe.py), or from its own
-        channel (a personal reply's; `data` None). Sent
-        now or queued, never awaited: the hub hands each frame to every socket in turn."""
+        channel (a personal reply's; `data` None). Sent now or queued, never awaited: the
+        hub hands each frame to every socket in turn."""
         if self.outbox.overflowed:  # closing (too slow, or gone): nothing more
             return
         if self._held is not None:  # a snapshot is being made: after it

@@ -2,8 +2,9 @@
 
 Daphne's WebSocket protocol (autobahn) builds each frame anew for each socket:
 `sendMessage` checks its arguments and state, counts traffic, looks for compression and
-fragmentation, then `sendFrame` packs the header and `sendData` writes it; about 10 µs of
-Python per member per frame (docs/benchmarks.md, "One frame's bytes for the room"). A
+fragmentation, then `sendFrame` packs the header and `sendData` writes it: 6.6% of the server's GIL
+time at 16 replies, once per member per frame (docs/benchmarks.md, "Issue 9, lever 3
+again", "A room frame's bytes made once"). A
 server's text frame is the same bytes for every socket that negotiated no compression
 (Daphne accepts none) and is not masked (servers never mask): the header and payload
 are joined here once per room frame, and `outbox.Outbox.offer` hands them to the

@@ -233,12 +233,11 @@ class RoomReplies(RoomState):
         final article at the first member to get them (or, with no final article, the last
         piece any member got), that lies inside the window (the model streams at an even
         rate)."""
-        ends = [st.final_at for _c, st in states if st.final_at is not None]
-        if not ends:
-            ends = [max(at for _o, _e, at in st.times) for _c, st in states if st.times]
-        if not ends:
+        finals = [st.final_at for _c, st in states if st.final_at is not None]
+        lasts = [st.times[-1][2] for _c, st in states if st.times]
+        if not finals and not lasts:
             return 0
-        end = min(ends) if any(st.final_at is not None for _c, st in states) else max(ends)
+        end = min(finals) if finals else max(lasts)
         start = min([st.first_at for _c, st in states if st.first_at is not None], default=end)
         lo, hi = self.window
         if end <= start:

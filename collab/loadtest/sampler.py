@@ -288,9 +288,9 @@ def cpu_per_unit(sampler: Sampler, col: Collector, before: Counters, after: Coun
     """The servers' CPU time per unit of work, in microseconds (docs/benchmarks.md), both
     over the posting window: `server_cpu_us_per_delivery` per frame a member received in
     it, `server_cpu_us_per_token` per model token read in it (each reply's data-tokens, in
-    the share of its stream inside the window). `server_cpu_us_per_token_level`: over the whole level,
-    members connecting and the drain included, per token the servers read (from their
-    /metrics; None without the metrics token), as earlier reports gave it."""
+    the share of its stream inside the window). `server_cpu_us_per_token_level`: over the
+    whole level, members connecting and the drain included, per token the servers read
+    (from their /metrics; None without the metrics token), as earlier reports gave it."""
     out: dict[str, float | None] = {
         "server_cpu_us_per_delivery": None,
         "server_cpu_us_per_token": None,
