@@ -15,15 +15,20 @@ tail (`data-from`), so that its `data-length` and the offsets that follow still 
 from __future__ import annotations
 
 import html as html_lib
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.template.loader import get_template
 
 from collab.chat.events import RoomFrame
 from collab.chat.models import Message, Room
+
+log = logging.getLogger(__name__)
 
 _article = get_template("chat/_article.html")
 _messages = get_template("chat/_frame_messages.html")
@@ -166,13 +171,42 @@ def frame_final(message: Message) -> str:
     return article(message, oob=True, limit=budget("FRAME_ARTICLE_BYTES")).strip()
 
 
-def frame_delta(message_id: int, offset: int, text: str) -> str:
-    return _delta.render({"id": message_id, "offset": offset, "text": text}).strip()
+Piece = Callable[[int, int, str], str]  # (message id, offset, text) -> a piece's frame
 
 
-def frame_thinking(message_id: int, offset: int, text: str) -> str:
-    """A piece of a reply's thinking (`msg-N-thinking`), at its own offset."""
-    return _thinking.render({"id": message_id, "offset": offset, "text": text}).strip()
+def _stamped(template: Any) -> Piece:
+    """A piece's frame template (`id`, `offset`, `text`), rendered once with a marker for
+    each value and then filled per frame by joining strings: the template's own HTML
+    (tests/test_rendering.py) for a tenth of its cost, paid for every frame of every
+    streaming reply (docs/benchmarks.md, "Issue 9, the frame's path"). The ids and
+    offsets as `str()` writes them, the text escaped as Django escapes it. A template
+    that does more with its values than show them (a filter, a value used twice) fails
+    the check below and is rendered as usual."""
+
+    def rendered(message_id: int, offset: int, text: str) -> str:
+        return str(template.render({"id": message_id, "offset": offset, "text": text})).strip()
+
+    marks = {"id": "\x00i\x00", "offset": "\x00o\x00", "text": "\x00t\x00"}
+    parts = re.split("(\x00[iot]\x00)", rendered(marks["id"], marks["offset"], marks["text"]))  # type: ignore[arg-type]
+    if sorted(parts[1::2]) != sorted(marks.values()):
+        log.warning("%s: not stamped (its values are not each shown once)", template.origin.template_name)
+        return rendered
+    # "{0}" the id, "{1}" the offset, "{2}" the text; the template's own braces doubled.
+    slots = {"\x00i\x00": "{0}", "\x00o\x00": "{1}", "\x00t\x00": "{2}"}
+    fmt = "".join(slots[p] if i % 2 else p.replace("{", "{{").replace("}", "}}") for i, p in enumerate(parts))
+
+    def stamped(message_id: int, offset: int, text: str) -> str:
+        return fmt.format(message_id, offset, html_lib.escape(text))
+
+    samples = ((7, 0, ""), (1234567, 89012345, " <a href='x'>&amp;\"</a>\n"), (1, 2, "é ✓ 𝄞"))
+    if any(stamped(*s) != rendered(*s) for s in samples):
+        log.warning("%s: not stamped (its HTML differs from the template's)", template.origin.template_name)
+        return rendered
+    return stamped
+
+
+frame_delta: Piece = _stamped(_delta)  # a piece of a reply's answer (`msg-N-body`)
+frame_thinking: Piece = _stamped(_thinking)  # a piece of its thinking (`msg-N-thinking`), at its own offset
 
 
 @dataclass
