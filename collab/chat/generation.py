@@ -41,6 +41,11 @@ STOP_REASONS = {
 }
 
 
+def _release(hold: asyncio.Future[None] | None) -> None:
+    if hold is not None and not hold.done():
+        hold.set_result(None)
+
+
 class Coalescer:
     """Batches pushed text into pieces: the first piece goes at once, then at most one
     per `window_s`; an idle stream's next piece goes at once again.
@@ -58,7 +63,8 @@ class Coalescer:
         self._emit = emit
         self._pending: list[str] = []
         self._wake = asyncio.Event()
-        self._closing = asyncio.Event()
+        self._closing = False
+        self._hold: asyncio.Future[None] | None = None  # the window's wait, while one runs
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def push(self, text: str) -> None:
@@ -67,8 +73,9 @@ class Coalescer:
 
     async def close(self) -> None:
         """Flush what is pending now (no window wait) and stop."""
-        self._closing.set()
+        self._closing = True
         self._wake.set()
+        _release(self._hold)
         await asyncio.shield(self._task)
 
     async def _run(self) -> None:
@@ -90,18 +97,22 @@ class Coalescer:
                     offset = self.flushed
                     self.flushed += len(text)
                     await self._emit(offset, text)
-            if self._closing.is_set():
+            if self._closing:
                 if not self._pending:
                     return
                 continue
             if self.window_s <= 0:
                 continue
             # Hold the next piece back for the rest of the window; close() cuts it short.
+            # A future and a timer, not a timeout around an event: no cancellation and
+            # exception per window (1.5 µs against 5.1: docs/benchmarks.md).
+            loop = asyncio.get_running_loop()
+            self._hold = loop.create_future()
+            timer = loop.call_later(self.window_s, _release, self._hold)
             try:
-                async with asyncio.timeout(self.window_s):
-                    await self._closing.wait()
-            except TimeoutError:
-                pass
+                await self._hold
+            finally:
+                timer.cancel()
 
 
 @dataclass

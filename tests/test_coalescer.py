@@ -1,0 +1,115 @@
+"""The coalescer (generation.Coalescer): a reply's tokens become pieces, the first at once,
+then at most one per window; `close()` flushes what waits without waiting the window out."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from collab.chat.generation import Coalescer
+
+HOUR = 3600.0  # a window no test waits out: were close() not to cut it short, the test would time out
+
+
+class Pieces:
+    def __init__(self) -> None:
+        self.got: list[tuple[int, str]] = []
+        self.arrived = asyncio.Event()
+        self.fail = False
+
+    async def emit(self, offset: int, text: str) -> None:
+        if self.fail:
+            raise RuntimeError("the sink is away")
+        self.got.append((offset, text))
+        self.arrived.set()
+
+    async def next(self) -> None:
+        await self.arrived.wait()
+        self.arrived.clear()
+
+
+async def test_the_first_piece_goes_at_once_and_the_rest_wait_for_the_window() -> None:
+    pieces = Pieces()
+    coalescer = Coalescer(HOUR, pieces.emit)
+    coalescer.push("Hel")
+    await pieces.next()
+    assert pieces.got == [(0, "Hel")]
+    for token in ("lo", ", ", "world"):  # inside the window: held back, together
+        coalescer.push(token)
+    await asyncio.sleep(0)  # let the coalescer run: it must not emit inside the window
+    await asyncio.sleep(0)
+    assert pieces.got == [(0, "Hel")]
+    await coalescer.close()
+    assert pieces.got == [(0, "Hel"), (3, "lo, world")]
+    assert coalescer.flushed == len("Hello, world")
+
+
+async def test_close_cuts_the_window_short_and_ends() -> None:
+    pieces = Pieces()
+    coalescer = Coalescer(HOUR, pieces.emit)
+    coalescer.push("a")
+    await pieces.next()
+    await coalescer.close()  # waiting in its window: released, nothing pending
+    assert pieces.got == [(0, "a")]
+    assert coalescer._task.done()
+
+
+async def test_a_window_ends_on_its_timer() -> None:
+    pieces = Pieces()
+    coalescer = Coalescer(0.001, pieces.emit)
+    coalescer.push("a")
+    await pieces.next()
+    coalescer.push("b")
+    await pieces.next()  # the timer ends the window: no close() needed
+    assert pieces.got == [(0, "a"), (1, "b")]
+    await coalescer.close()
+
+
+async def test_offsets_are_contiguous_over_many_windows() -> None:
+    pieces = Pieces()
+    coalescer = Coalescer(0.001, pieces.emit)
+    text = [f"t{i} " for i in range(200)]
+    for i, token in enumerate(text):
+        coalescer.push(token)
+        if i % 17 == 0:
+            await asyncio.sleep(0.002)
+    await coalescer.close()
+    offset = 0
+    for at, piece in pieces.got:
+        assert at == offset
+        offset += len(piece)
+    assert "".join(p for _, p in pieces.got) == "".join(text)
+    assert 1 < len(pieces.got) < len(text)
+
+
+async def test_window_zero_is_a_piece_per_push() -> None:
+    pieces = Pieces()
+    coalescer = Coalescer(0, pieces.emit)
+    for token in ("a", "b", "c"):
+        coalescer.push(token)
+    await coalescer.close()
+    assert pieces.got == [(0, "a"), (1, "b"), (2, "c")]
+
+
+async def test_a_failing_sink_stops_the_pieces_and_close_still_returns() -> None:
+    pieces = Pieces()
+    pieces.fail = True
+    coalescer = Coalescer(HOUR, pieces.emit)
+    coalescer.push("a")
+    await coalescer.close()
+    assert isinstance(coalescer.failed, RuntimeError)
+    assert pieces.got == []
+
+
+async def test_a_cancelled_coalescer_leaves_no_timer() -> None:
+    pieces = Pieces()
+    coalescer = Coalescer(HOUR, pieces.emit)
+    coalescer.push("a")
+    await pieces.next()
+    await asyncio.sleep(0)  # into its window's wait
+    assert coalescer._hold is not None and not coalescer._hold.done()
+    coalescer._task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await coalescer._task
+    assert coalescer._hold.cancelled()
