@@ -4,13 +4,15 @@ role-only first chunk, `: ping` comments, [DONE] with and without a finish_reaso
 from __future__ import annotations
 
 import asyncio
+import gzip as gzip_module
 import json
 from collections.abc import AsyncIterator
 
+import httpx2
 import pytest
 
 from collab.llm import Endpoint, LLMError, Usage, stream_chat
-from collab.llm.client import aclose_clients
+from collab.llm.client import _aiohttp_body, aclose_clients, client_for
 
 
 def chunk(delta: dict[str, str], finish: str | None = None) -> bytes:
@@ -30,11 +32,17 @@ LLAMA_OK = [
 LLAMA_INTERRUPTED = [chunk({"role": "assistant"}), chunk({"content": "Two"}), b"data: [DONE]\n\n"]
 
 
-async def serve(events: list[bytes], *, together: bool = False) -> tuple[asyncio.Server, str]:
+async def serve(events: list[bytes], *, together: bool = False, gzip: bool = False) -> tuple[asyncio.Server, str]:
     """A server that sends `events` as HTTP chunks, a drain after each; `together`: all
-    of them in one chunk, so that the client reads them at once."""
+    of them in one chunk, so that the client reads them at once; `gzip`: the body
+    compressed (`content-encoding: gzip`), cut into chunks across the events' bounds."""
     if together:
         events = [b"".join(events)]
+    encoding = b""
+    if gzip:
+        packed = gzip_module.compress(b"".join(events))
+        events = [packed[i : i + 7] for i in range(0, len(packed), 7)]
+        encoding = b"content-encoding: gzip\r\n"
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -42,7 +50,9 @@ async def serve(events: list[bytes], *, together: bool = False) -> tuple[asyncio
             int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
         )
         await reader.readexactly(length)
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n" + encoding + b"transfer-encoding: chunked\r\n\r\n"
+        )
         for event in events:
             writer.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
             await writer.drain()
@@ -62,11 +72,11 @@ async def cleanup() -> AsyncIterator[None]:
 
 
 async def run(
-    events: list[bytes], items: list[str | Usage] | None = None, *, together: bool = False
+    events: list[bytes], items: list[str | Usage] | None = None, *, together: bool = False, gzip: bool = False
 ) -> list[str | Usage]:
     """What stream_chat yields; `items` keeps what came before a failure."""
     items = [] if items is None else items
-    server, url = await serve(events, together=together)
+    server, url = await serve(events, together=together, gzip=gzip)
     try:
         async with server:
             async for item in stream_chat(Endpoint(url, max_retries=0), "m", [{"role": "user", "content": "hi"}]):
@@ -104,3 +114,29 @@ async def test_a_malformed_chunk_fails_after_the_text_before_it() -> None:
     with pytest.raises(LLMError, match="malformed") as err:
         await run([chunk({"content": "Hi"}), b"data: {not json\n\n"], items, together=True)
     assert (err.value.kind, items) == ("server", ["Hi"])
+
+
+@pytest.mark.usefixtures("cleanup")
+@pytest.mark.parametrize(("gzip", "direct"), [(False, True), (True, False)], ids=["plain", "gzip"])
+async def test_the_body_is_read_below_httpx_unless_it_is_compressed(gzip: bool, direct: bool) -> None:
+    # The SDK's aiohttp transport as shipped: its plain body is read from aiohttp itself
+    # (client._aiohttp_body); a compressed one through httpx, which decodes it.
+    server, url = await serve(LLAMA_OK, gzip=gzip)
+    async with server:
+        client = client_for(Endpoint(url, max_retries=0))
+        response = await client.post(
+            "/chat/completions",
+            body={"model": "m", "messages": [], "stream": True},
+            cast_to=httpx2.Response,
+            stream=True,
+        )
+        try:
+            assert (_aiohttp_body(response) is not None) is direct
+        finally:
+            await response.aclose()
+    server.close()
+
+
+@pytest.mark.usefixtures("cleanup")
+async def test_a_compressed_stream_is_read_whole() -> None:
+    assert await run(LLAMA_OK, gzip=True) == ["Two", " plus two is four."]

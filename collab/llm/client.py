@@ -15,12 +15,14 @@ transport costs a trip through httpcore, h11 and anyio per chunk (docs/benchmark
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import weakref
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import httpx2
 import openai
 import orjson
@@ -34,6 +36,12 @@ ChatMessage = dict[str, Any]
 
 if TYPE_CHECKING:
     from collab.llm.early import EarlyRequest
+
+try:  # the SDK's aiohttp transport (`openai[aiohttp]`), whose body _sse_data reads itself
+    from openai._vendor.httpx_aiohttp.transport import AiohttpResponseStream as _AiohttpStream
+    from openai._vendor.httpx_aiohttp.transport import map_aiohttp_exceptions as _map_aiohttp_errors
+except ImportError:  # moved in a later SDK: read through httpx, as with its own transport
+    _AiohttpStream = None  # type: ignore[assignment,misc]
 
 
 @dataclass(frozen=True)
@@ -173,17 +181,39 @@ def _status_error(exc: openai.APIStatusError) -> LLMError:
     return LLMError("bad_request", f"the provider rejected the request (HTTP {exc.status_code}): {exc.message}"[:300])
 
 
+def _aiohttp_body(response: httpx2.Response) -> aiohttp.StreamReader | None:
+    """The body of a response that the SDK's aiohttp transport read and did not encode,
+    as aiohttp holds it; else None (httpx's transport, or a compressed body: its bytes
+    then come through httpx, which decodes them). Read here, a socket read costs one
+    call, where httpx's `aiter_bytes` passes it through four generators of its own and
+    the transport's (docs/benchmarks.md, "Issue 9, the frame's path");
+    tests/test_llm_client.py checks that the shipped transport is read so."""
+    bound = response.stream
+    stream = getattr(bound, "_stream", None)  # httpx's BoundAsyncStream around the transport's
+    if _AiohttpStream is None or type(stream) is not _AiohttpStream:
+        return None
+    if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
+        return None
+    raw = getattr(stream, "_aiohttp_response", None)
+    body = getattr(raw, "content", None)
+    return body if isinstance(body, aiohttp.StreamReader) else None
+
+
 async def _sse_data(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
     """The `data:` payloads of a server-sent-events body, split by hand from the raw
     bytes (httpx's line decoder costs more than the JSON). Comments (": ping"), blank
     separators and other fields are skipped."""
-    pending = b""
-    async for block in response.aiter_bytes():
-        pending += block
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                yield line[5:].strip()
+    body = _aiohttp_body(response)
+    # aiohttp's errors as the transport maps them (to httpx2's), as `aiter_bytes` would.
+    blocks = response.aiter_bytes() if body is None else body.iter_any()
+    with contextlib.nullcontext() if body is None else _map_aiohttp_errors():
+        pending = b""
+        async for block in blocks:
+            pending += block
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
 
 
 def _timed_out(exc: BaseException) -> bool:
