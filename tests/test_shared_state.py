@@ -5,14 +5,19 @@ not silently restarted mid-text, until its owner restores it whole."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+import hiredis
 import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import TimeoutError as RedisTimeout
 
 from collab.chat import shared
 from collab.chat.shared.base import ReplyEnded, SharedState, StateLost
-from collab.chat.shared.redis import RedisState
+from collab.chat.shared.redis import RedisState, _Connection, _connection_class
 from tests.conftest import _use_layer, require_redis
 
 
@@ -102,3 +107,45 @@ async def test_memory_state_never_reports_a_restart(state: SharedState) -> None:
         assert 0 <= uptime < float("inf")
     else:
         assert uptime == float("inf")
+
+
+def test_a_plain_redis_url_gets_the_connection_that_writes_in_place() -> None:
+    expected = {"connection_class": _Connection} if sys.version_info < (3, 12) else {}
+    assert _connection_class("redis://127.0.0.1:6379/0") == expected
+    # TLS and Unix sockets keep redis-py's own classes for them.
+    assert _connection_class("rediss://example.com:6380/0") == {}
+    assert _connection_class("unix:///run/redis.sock") == {}
+
+
+async def test_a_redis_that_stops_answering_still_times_a_command_out() -> None:
+    """The in-place write (shared/redis.py `_Connection`) keeps the reply's timeout: a
+    server that answers the handshake and a PING, then nothing, fails the next command
+    with a timeout instead of holding it forever."""
+    silent = asyncio.Event()
+    commands: list[list[bytes]] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        parser = hiredis.Reader()
+        while data := await reader.read(65536):
+            parser.feed(data)
+            while (command := parser.gets()) is not False:
+                commands.append(command)
+                if not silent.is_set():
+                    writer.write(b"+PONG\r\n" if command[0].upper() == b"PING" else b"+OK\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = aioredis.ConnectionPool(
+        host="127.0.0.1", port=port, socket_timeout=0.3, connection_class=_Connection, protocol=2
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    try:
+        assert await client.ping()
+        silent.set()
+        with pytest.raises(RedisTimeout):
+            await client.set("k", "v")
+        assert commands[-1] == [b"SET", b"k", b"v"]  # written, never answered
+    finally:
+        await client.aclose()
+        server.close()

@@ -20,6 +20,7 @@ clocks disagree still agree on what has expired.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -70,6 +71,40 @@ def user_ids(members: Iterable[Any]) -> set[int]:
     return {int(_decode(m).split(":", 1)[0]) for m in members}
 
 
+class _Connection(aioredis.Connection):
+    """redis-py's connection, writing a small command in place. With `socket_timeout`
+    set, redis-py writes each command under `asyncio.wait_for`, which on Python 3.11
+    runs the write in a task of its own: 8 µs of CPU a command, once per frame
+    (docs/benchmarks.md, "Issue 9, the frame's path"). A command smaller than the write
+    buffer's high-water mark, written into an empty buffer, cannot wait in `drain()`, so
+    the timeout has nothing to bound; its reply is still read under `socket_timeout`
+    (tests/test_shared_state.py: a Redis that never answers). Any other write goes
+    redis-py's way."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        writer = self._writer
+        if (
+            type(command) is list
+            and writer is not None
+            and self._reader is not None  # connected
+            and not self.health_check_interval
+            and not writer.transport.is_closing()
+            and not writer.transport.get_write_buffer_size()
+            and sum(map(len, command)) < writer.transport.get_write_buffer_limits()[1]
+        ):
+            writer.writelines(command)
+            return
+        await super().send_packed_command(command, check_health)
+
+
+def _connection_class(url: str) -> dict[str, Any]:
+    """`_Connection` for a plain TCP URL on Python 3.11 (3.12 waits without a task); a
+    TLS (rediss://) or Unix socket URL keeps the class redis-py picks for it."""
+    if sys.version_info < (3, 12) and url.startswith("redis://"):
+        return {"connection_class": _Connection}
+    return {}
+
+
 class RedisState(SharedState):
     def __init__(self, url: str, prefix: str) -> None:
         # One quick retry of a connection that failed (a pooled one Redis closed), none of a
@@ -79,6 +114,7 @@ class RedisState(SharedState):
             url,
             socket_connect_timeout=2,
             socket_timeout=5,
+            **_connection_class(url),
             retry=Retry(ConstantBackoff(0.05), 1, supported_errors=(RedisConnectionError,)),
         )
         self.p = prefix
