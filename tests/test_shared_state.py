@@ -124,15 +124,21 @@ async def test_a_redis_that_stops_answering_still_times_a_command_out() -> None:
     silent = asyncio.Event()
     commands: list[list[bytes]] = []
 
+    closed = asyncio.Event()  # the client hung up and the server's side is closed
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         parser = hiredis.Reader()
-        while data := await reader.read(65536):
-            parser.feed(data)
-            while (command := parser.gets()) is not False:
-                commands.append(command)
-                if not silent.is_set():
-                    writer.write(b"+PONG\r\n" if command[0].upper() == b"PING" else b"+OK\r\n")
-        writer.close()
+        try:
+            while data := await reader.read(65536):
+                parser.feed(data)
+                while (command := parser.gets()) is not False:
+                    commands.append(command)
+                    if not silent.is_set():
+                        writer.write(b"+PONG\r\n" if command[0].upper() == b"PING" else b"+OK\r\n")
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            closed.set()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -148,4 +154,6 @@ async def test_a_redis_that_stops_answering_still_times_a_command_out() -> None:
         assert commands[-1] == [b"SET", b"k", b"v"]  # written, never answered
     finally:
         await client.aclose()
+        await closed.wait()  # redis-py dropped the connection that timed out
         server.close()
+        await server.wait_closed()
