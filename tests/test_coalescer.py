@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from collab.chat.generation import Coalescer
+from collab.chat.generation import Coalescer, _release
 
 HOUR = 3600.0  # a window no test waits out: were close() not to cut it short, the test would time out
 
@@ -109,7 +109,16 @@ async def test_a_cancelled_coalescer_leaves_no_timer() -> None:
     await pieces.next()
     await asyncio.sleep(0)  # into its window's wait
     assert coalescer._hold is not None and not coalescer._hold.done()
+    loop = asyncio.get_running_loop()
+    assert _live_timers(loop) == 1  # the window's
     coalescer._task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await coalescer._task
     assert coalescer._hold.cancelled()
+    assert _live_timers(loop) == 0
+
+
+def _live_timers(loop: asyncio.AbstractEventLoop) -> int:
+    """The coalescer's window timers the (standard) loop still holds, not cancelled."""
+    scheduled = loop._scheduled  # type: ignore[attr-defined]
+    return sum(1 for handle in scheduled if handle._callback is _release and not handle.cancelled())

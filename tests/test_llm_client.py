@@ -118,9 +118,12 @@ async def test_a_malformed_chunk_fails_after_the_text_before_it() -> None:
 
 @pytest.mark.usefixtures("cleanup")
 @pytest.mark.parametrize(("gzip", "direct"), [(False, True), (True, False)], ids=["plain", "gzip"])
-async def test_the_body_is_read_below_httpx_unless_it_is_compressed(gzip: bool, direct: bool) -> None:
+async def test_the_body_is_read_below_httpx_unless_it_is_compressed(
+    gzip: bool, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The SDK's aiohttp transport as shipped: its plain body is read from aiohttp itself
     # (client._aiohttp_body); a compressed one through httpx, which decodes it.
+    monkeypatch.setenv("COLLAB_LLM_HTTP", "aiohttp")
     server, url = await serve(LLAMA_OK, gzip=gzip)
     async with server:
         client = client_for(Endpoint(url, max_retries=0))
@@ -134,7 +137,6 @@ async def test_the_body_is_read_below_httpx_unless_it_is_compressed(gzip: bool, 
             assert (_aiohttp_body(response) is not None) is direct
         finally:
             await response.aclose()
-    server.close()
 
 
 @pytest.mark.usefixtures("cleanup")

@@ -69,6 +69,11 @@ def test_braces_in_the_template_are_kept() -> None:
         "<i>{{ offset }}{{ text }}</i>",  # a value not shown
         "<i>{{ id }}{{ offset|add:1 }}{{ text }}</i>",  # a filter on a value
         "<i>{{ id }}{{ offset }}{{ text|upper }}</i>",
+        # filters and tags whose effect only a long text shows (the samples alone would pass them)
+        "<i>{{ id }}{{ offset }}{{ text|truncatechars:200 }}</i>",
+        '<i>{{ id }}{{ offset }}{{ text|slice:":64" }}</i>',
+        "<i>{{ id }}{{ offset }}{% if text|length < 100 %}{{ text }}{% endif %}</i>",
+        "<i>{{ id }}{{ offset.real }}{{ text }}</i>",  # a lookup on a value
     ],
 )
 def test_a_template_that_does_more_is_rendered_as_usual(source: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -77,4 +82,5 @@ def test_a_template_that_does_more_is_rendered_as_usual(source: str, caplog: pyt
         piece = rendering._stamped(template)
     assert piece.__name__ == "rendered"
     assert "not stamped" in caplog.text
-    assert piece(5, 6, "ab<") == _django(template, 5, 6, "ab<")
+    for text in ("ab<", "x" * 300):
+        assert piece(5, 6, text) == _django(template, 5, 6, text)

@@ -112,12 +112,13 @@ async def test_memory_state_never_reports_a_restart(state: SharedState) -> None:
 def test_a_plain_redis_url_gets_the_connection_that_writes_in_place() -> None:
     expected = {"connection_class": _Connection} if sys.version_info < (3, 12) else {}
     assert _connection_class("redis://127.0.0.1:6379/0") == expected
+    assert _connection_class("REDIS://127.0.0.1:6379/0") == expected
     # TLS and Unix sockets keep redis-py's own classes for them.
     assert _connection_class("rediss://example.com:6380/0") == {}
     assert _connection_class("unix:///run/redis.sock") == {}
 
 
-async def test_a_redis_that_stops_answering_still_times_a_command_out() -> None:
+async def test_a_redis_that_stops_answering_still_times_a_command_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """The in-place write (shared/redis.py `_Connection`) keeps the reply's timeout: a
     server that answers the handshake and a PING, then nothing, fails the next command
     with a timeout instead of holding it forever."""
@@ -146,12 +147,22 @@ async def test_a_redis_that_stops_answering_still_times_a_command_out() -> None:
         host="127.0.0.1", port=port, socket_timeout=0.3, connection_class=_Connection, protocol=2
     )
     client = aioredis.Redis(connection_pool=pool)
+    waits: list[object] = []  # redis-py's writes under asyncio.wait_for (the way `_Connection` skips)
+    wait_for = asyncio.wait_for
+
+    async def counted(awaitable: Any, timeout: float | None) -> Any:
+        waits.append(awaitable)
+        return await wait_for(awaitable, timeout)
+
+    monkeypatch.setattr(asyncio, "wait_for", counted)
     try:
         assert await client.ping()
         silent.set()
+        before = len(waits)
         with pytest.raises(RedisTimeout):
             await client.set("k", "v")
         assert commands[-1] == [b"SET", b"k", b"v"]  # written, never answered
+        assert len(waits) == before  # written in place, not in a task of its own
     finally:
         await client.aclose()
         await closed.wait()  # redis-py dropped the connection that timed out

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.template.base import TextNode, Variable, VariableNode
 from django.template.loader import get_template
 
 from collab.chat.events import RoomFrame
@@ -179,13 +180,26 @@ def _stamped(template: Any) -> Piece:
     each value and then filled per frame by joining strings: the template's own HTML
     (tests/test_rendering.py) for a tenth of its cost, paid for every frame of every
     streaming reply (docs/benchmarks.md, "Issue 9, the frame's path"). The ids and
-    offsets as `str()` writes them, the text escaped as Django escapes it. A template
-    that does more with its values than show them (a filter, a value used twice) fails
-    the check below and is rendered as usual."""
+    offsets as `str()` writes them, the text (a plain `str`, never marked safe) escaped
+    as Django escapes it. A template that is anything but text and the three values,
+    each shown once as it is (no filter, no tag), fails the checks below and is rendered
+    as usual."""
 
     def rendered(message_id: int, offset: int, text: str) -> str:
         return str(template.render({"id": message_id, "offset": offset, "text": text})).strip()
 
+    nodes = list(template.template.nodelist)
+    shown: list[object] = [
+        node.filter_expression.var.var
+        for node in nodes
+        if isinstance(node, VariableNode)
+        and not node.filter_expression.filters
+        and isinstance(node.filter_expression.var, Variable)
+    ]
+    texts = sum(isinstance(node, TextNode) for node in nodes)
+    if sorted(map(str, shown)) != ["id", "offset", "text"] or texts + len(shown) != len(nodes):
+        log.warning("%s: not stamped (it does more than show its values)", template.origin.template_name)
+        return rendered
     marks = {"id": "\x00i\x00", "offset": "\x00o\x00", "text": "\x00t\x00"}
     parts = re.split("(\x00[iot]\x00)", rendered(marks["id"], marks["offset"], marks["text"]))  # type: ignore[arg-type]
     if sorted(parts[1::2]) != sorted(marks.values()):

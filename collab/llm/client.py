@@ -202,7 +202,8 @@ def _aiohttp_body(response: httpx2.Response) -> aiohttp.StreamReader | None:
 async def _sse_data(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
     """The `data:` payloads of a server-sent-events body, split by hand from the raw
     bytes (httpx's line decoder costs more than the JSON). Comments (": ping"), blank
-    separators and other fields are skipped."""
+    separators and other fields are skipped. The caller closes `response` (read from
+    aiohttp, the stream does not close it at its end as httpx's `aiter_raw` does)."""
     body = _aiohttp_body(response)
     # aiohttp's errors as the transport maps them (to httpx2's), as `aiter_bytes` would.
     blocks = response.aiter_bytes() if body is None else body.iter_any()

@@ -100,7 +100,7 @@ class _Connection(aioredis.Connection):
 def _connection_class(url: str) -> dict[str, Any]:
     """`_Connection` for a plain TCP URL on Python 3.11 (3.12 waits without a task); a
     TLS (rediss://) or Unix socket URL keeps the class redis-py picks for it."""
-    if sys.version_info < (3, 12) and url.startswith("redis://"):
+    if sys.version_info < (3, 12) and url.lower().startswith("redis://"):
         return {"connection_class": _Connection}
     return {}
 
