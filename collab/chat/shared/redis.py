@@ -42,6 +42,7 @@ from collab.chat.shared.base import (
     SharedState,
     StateLost,
 )
+from collab.chat.shared.batch import ScriptBatch
 from collab.chat.shared.redis_scripts import (
     ACQUIRE,
     APPEND_PUBLISH,
@@ -130,6 +131,7 @@ class RedisState(SharedState):
         self._acquire = self.redis.register_script(ACQUIRE)
         self._online = self.redis.register_script(ONLINE)
         self._append_publish = self.redis.register_script(APPEND_PUBLISH)
+        self._pieces = ScriptBatch(self.redis, self._append_publish)  # every reply's piece of a window: one pipeline
         self._restore = self.redis.register_script(RESTORE)
 
     async def close(self) -> None:
@@ -159,7 +161,7 @@ class RedisState(SharedState):
     ) -> bool:
         key = self._r(reply_id)
         keys = [key + (":k" if thinking else ":t"), key]
-        done = int(await self._append_publish(keys=keys, args=[text, channel, payload, at_bytes]))
+        done = int(await self._pieces(keys, [text, channel, payload, at_bytes]))
         if done == -1:
             raise ReplyEnded(reply_id)
         if done == -2:
