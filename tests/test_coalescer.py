@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from collab.chat.generation import Coalescer, _release
+from collab.chat.generation import Coalescer, WindowClock, window_clock
 
 HOUR = 3600.0  # a window no test waits out: were close() not to cut it short, the test would time out
 
@@ -119,6 +119,64 @@ async def test_a_cancelled_coalescer_leaves_no_timer() -> None:
 
 
 def _live_timers(loop: asyncio.AbstractEventLoop) -> int:
-    """The coalescer's window timers the (standard) loop still holds, not cancelled."""
+    """The window clock's tick timers the (standard) loop still holds, not cancelled."""
     scheduled = loop._scheduled  # type: ignore[attr-defined]
-    return sum(1 for handle in scheduled if handle._callback is _release and not handle.cancelled())
+    return sum(
+        1
+        for handle in scheduled
+        if getattr(handle._callback, "__func__", None) is WindowClock._fire and not handle.cancelled()
+    )
+
+
+async def test_every_coalescer_s_window_ends_on_the_same_tick() -> None:
+    """Replies that started apart hand their next pieces over in one loop turn (so that
+    their Redis scripts go as one pipeline: shared/batch.py), on the window's grid."""
+    window = 0.05
+    loop = asyncio.get_running_loop()
+    turns: list[tuple[str, float]] = []
+
+    def recorder(name: str) -> Pieces:
+        pieces = Pieces()
+        emit = pieces.emit
+
+        async def emit_and_note(offset: int, text: str) -> None:
+            turns.append((name, loop.time()))
+            await emit(offset, text)
+
+        pieces.emit = emit_and_note  # type: ignore[method-assign]
+        return pieces
+
+    a, b = recorder("a"), recorder("b")
+    first = Coalescer(window, a.emit)
+    first.push("x")
+    await a.next()
+    await asyncio.sleep(window / 5)  # the second reply starts a fifth of a window later
+    second = Coalescer(window, b.emit)
+    second.push("y")
+    await b.next()
+    first.push("x2")
+    second.push("y2")
+    await a.next()
+    await b.next()
+    later = dict(turns[2:])
+    a_at, b_at = later["a"], later["b"]
+    assert abs(b_at - a_at) < window / 10  # the same tick, not a window of each one's own
+    tick = round(a_at / window) * window
+    assert abs(a_at - tick) < window / 5  # on the grid (the loop's clock)
+    assert a_at - turns[0][1] >= window / 2  # at least half a window after a piece sent at once
+    await first.close()
+    await second.close()
+
+
+async def test_a_tick_waits_for_its_own_coalescers_only() -> None:
+    """Two clocks' waiters are their own: forgetting one keeps the other's timer."""
+    clock = window_clock()
+    hold, key = clock.wait(HOUR)
+    other, other_key = clock.wait(HOUR)
+    assert key == other_key
+    loop = asyncio.get_running_loop()
+    assert _live_timers(loop) == 1  # one timer for the tick, however many wait on it
+    clock.forget(key, hold)
+    assert _live_timers(loop) == 1  # `other` still waits
+    clock.forget(other_key, other)
+    assert _live_timers(loop) == 0

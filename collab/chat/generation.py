@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -46,9 +48,76 @@ def _release(hold: asyncio.Future[None] | None) -> None:
         hold.set_result(None)
 
 
+class _Tick:
+    __slots__ = ("handle", "waiters")
+
+    def __init__(self) -> None:
+        self.handle: asyncio.TimerHandle | None = None
+        self.waiters: list[asyncio.Future[None]] = []
+
+
+class WindowClock:
+    """Where every coalescer of a loop waits out its window: windows end on multiples of
+    the window on the loop's clock, so that the pieces of every reply this process
+    streams are handed over in the same loop turn, and their Redis scripts go as one
+    pipeline (shared/batch.py; docs/benchmarks.md, "One pipeline per window"). One timer
+    per tick for the whole process, not one per reply and window.
+
+    `wait` returns a future that the first tick at least half a window away resolves:
+    a reply that streams steadily gets a piece every window, on the grid; the gap after
+    a piece sent at once (the first, or one after an idle spell) is half a window to one
+    and a half."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._ticks: dict[tuple[float, int], _Tick] = {}
+
+    def wait(self, window_s: float) -> tuple[asyncio.Future[None], tuple[float, int]]:
+        loop = self._loop
+        key = (window_s, math.ceil((loop.time() + window_s / 2) / window_s))
+        tick = self._ticks.get(key)
+        if tick is None:
+            tick = self._ticks[key] = _Tick()
+            tick.handle = loop.call_at(key[1] * window_s, self._fire, key)
+        hold: asyncio.Future[None] = loop.create_future()
+        tick.waiters.append(hold)
+        return hold, key
+
+    def forget(self, key: tuple[float, int], hold: asyncio.Future[None]) -> None:
+        """A waiter that no longer waits (its coalescer was cancelled); the tick's timer
+        goes when nobody is left to wake."""
+        tick = self._ticks.get(key)
+        if tick is None:
+            return
+        tick.waiters = [w for w in tick.waiters if w is not hold]
+        if not tick.waiters and tick.handle is not None:
+            tick.handle.cancel()
+            del self._ticks[key]
+
+    def _fire(self, key: tuple[float, int]) -> None:
+        tick = self._ticks.pop(key, None)
+        if tick is not None:
+            for hold in tick.waiters:
+                if not hold.done():
+                    hold.set_result(None)
+
+
+_clocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WindowClock] = weakref.WeakKeyDictionary()
+
+
+def window_clock() -> WindowClock:
+    """The running loop's clock (a process has one loop that streams; tests have many)."""
+    loop = asyncio.get_running_loop()
+    clock = _clocks.get(loop)
+    if clock is None:
+        clock = _clocks[loop] = WindowClock(loop)
+    return clock
+
+
 class Coalescer:
-    """Batches pushed text into pieces: the first piece goes at once, then at most one
-    per `window_s`; an idle stream's next piece goes at once again.
+    """Batches pushed text into pieces: the first piece goes at once, then one per
+    `window_s` on the process's clock (WindowClock: every reply's window ends together);
+    an idle stream's next piece goes at once again.
 
     `emit(offset, text)` is awaited for each piece, one at a time, in order; the pieces
     are contiguous (each offset is the sum of the lengths before it). If `emit` fails,
@@ -65,6 +134,7 @@ class Coalescer:
         self._wake = asyncio.Event()
         self._closing = False
         self._hold: asyncio.Future[None] | None = None  # the window's wait, while one runs
+        self._clock = window_clock()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def push(self, text: str) -> None:
@@ -103,16 +173,16 @@ class Coalescer:
                 continue
             if self.window_s <= 0:
                 continue
-            # Hold the next piece back for the rest of the window; close() cuts it short.
-            # A future and a timer, not a timeout around an event: no cancellation and
-            # exception per window (1.5 µs against 5.1: docs/benchmarks.md).
-            loop = asyncio.get_running_loop()
-            self._hold = loop.create_future()
-            timer = loop.call_later(self.window_s, _release, self._hold)
+            # Hold the next piece back until the process's next tick (WindowClock); close()
+            # cuts it short. A future, not a timeout around an event: no cancellation and
+            # exception per window (docs/benchmarks.md).
+            clock = self._clock
+            self._hold, tick = clock.wait(self.window_s)
             try:
                 await self._hold
             finally:
-                timer.cancel()
+                if not self._hold.done() or self._hold.cancelled():
+                    clock.forget(tick, self._hold)
 
 
 @dataclass
