@@ -1,5 +1,6 @@
 """The coalescer (generation.Coalescer): a reply's tokens become pieces, the first at once,
-then at most one per window; `close()` flushes what waits without waiting the window out."""
+then one per window on ticks every reply of the process shares (generation.WindowClock);
+`close()` flushes what waits without waiting the window out."""
 
 from __future__ import annotations
 
@@ -147,6 +148,8 @@ async def test_every_coalescer_s_window_ends_on_the_same_tick() -> None:
         return pieces
 
     a, b = recorder("a"), recorder("b")
+    clock = window_clock()
+    await clock.wait(window)[0]  # just after a tick: the test's timing does not depend on the grid's phase
     first = Coalescer(window, a.emit)
     first.push("x")
     await a.next()
@@ -161,15 +164,33 @@ async def test_every_coalescer_s_window_ends_on_the_same_tick() -> None:
     later = dict(turns[2:])
     a_at, b_at = later["a"], later["b"]
     assert abs(b_at - a_at) < window / 10  # the same tick, not a window of each one's own
-    tick = round(a_at / window) * window
-    assert abs(a_at - tick) < window / 5  # on the grid (the loop's clock)
     assert a_at - turns[0][1] >= window / 2  # at least half a window after a piece sent at once
     await first.close()
     await second.close()
 
 
+async def test_closing_one_coalescer_leaves_the_others_waiting_for_the_tick() -> None:
+    pieces, others = Pieces(), Pieces()
+    closing, waiting = Coalescer(HOUR, pieces.emit), Coalescer(HOUR, others.emit)
+    closing.push("a")
+    waiting.push("b")
+    await pieces.next()
+    await others.next()
+    await asyncio.sleep(0)  # both in their windows' wait, on one tick
+    waiting.push("held")
+    await closing.close()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert others.got == [(0, "b")]  # still held: close() released its own coalescer alone
+    loop = asyncio.get_running_loop()
+    assert _live_timers(loop) == 1  # the tick's timer, for the one still waiting
+    await waiting.close()
+    assert others.got == [(0, "b"), (1, "held")]
+    assert _live_timers(loop) == 0  # nobody waits: no timer left
+
+
 async def test_a_tick_waits_for_its_own_coalescers_only() -> None:
-    """Two clocks' waiters are their own: forgetting one keeps the other's timer."""
+    """Waiters of one tick share its timer; forgetting one keeps it for the other."""
     clock = window_clock()
     hold, key = clock.wait(HOUR)
     other, other_key = clock.wait(HOUR)

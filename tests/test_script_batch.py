@@ -38,10 +38,17 @@ def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     execute = Pipeline.execute
 
     async def counted(self: Pipeline, raise_on_error: bool = True) -> Any:
-        sizes.append(len(self.command_stack))
-        return await execute(self, raise_on_error)
+        size = len(self.command_stack)
+        sizes.append(size)
+        in_flight.append(size)
+        try:
+            return await execute(self, raise_on_error)
+        finally:
+            in_flight.remove(size)
 
+    in_flight: list[int] = []
     monkeypatch.setattr(Pipeline, "execute", counted)
+    monkeypatch.setattr(ScriptBatch, "in_flight", in_flight, raising=False)  # for the overlap check
     return sizes
 
 
@@ -49,7 +56,8 @@ async def test_pieces_of_one_loop_turn_go_as_one_pipeline(state: RedisState, pip
     for reply in range(1, 6):
         await state.begin(reply, 10, "p1")
     pipelines.clear()  # begin's own
-    await asyncio.gather(*(state.append_and_publish(r, f"piece {r}", 0, "", b"") for r in range(1, 6)))
+    async with asyncio.timeout(10):
+        await asyncio.gather(*(state.append_and_publish(r, f"piece {r}", 0, "", b"") for r in range(1, 6)))
     assert pipelines == [5]
     views = await state.read(list(range(1, 6)))
     assert {r: v.text for r, v in views.items()} == {r: f"piece {r}" for r in range(1, 6)}
@@ -59,12 +67,16 @@ async def test_calls_made_while_a_pipeline_is_in_flight_go_in_the_next(state: Re
     for reply in (1, 2, 3):
         await state.begin(reply, 10, "p1")
     pipelines.clear()
+    overlaps: list[list[int]] = []
     first = asyncio.ensure_future(state.append_and_publish(1, "a", 0, "", b""))
     await asyncio.sleep(0)  # queued
     await asyncio.sleep(0)  # the sender runs: its pipeline is in flight
+    overlaps.append(list(ScriptBatch.in_flight))  # type: ignore[attr-defined]
     later = [asyncio.ensure_future(state.append_and_publish(r, "b", 0, "", b"")) for r in (2, 3)]
-    await asyncio.gather(first, *later)
-    assert pipelines == [1, 2]
+    async with asyncio.timeout(10):
+        await asyncio.gather(first, *later)
+    assert overlaps == [[1]]  # the first was in flight when the others came
+    assert pipelines == [1, 2]  # and they went together, after it (one pipeline at a time)
 
 
 async def test_each_caller_gets_its_own_answer(state: RedisState) -> None:
@@ -90,7 +102,8 @@ async def test_a_script_redis_forgot_is_loaded_again(state: RedisState, pipeline
         await state.begin(reply, 10, "p1")
     await state.redis.script_flush()  # as after a restart: every script is gone
     pipelines.clear()
-    await asyncio.gather(*(state.append_and_publish(r, "again", 0, "", b"") for r in (1, 2)))
+    async with asyncio.timeout(10):
+        await asyncio.gather(*(state.append_and_publish(r, "again", 0, "", b"") for r in (1, 2)))
     assert pipelines == [2, 2]  # NOSCRIPT for both, loaded, both sent again
     assert {r: v.text for r, v in (await state.read([1, 2])).items()} == {1: "again", 2: "again"}
 
@@ -98,31 +111,54 @@ async def test_a_script_redis_forgot_is_loaded_again(state: RedisState, pipeline
 async def test_a_redis_that_is_away_fails_every_caller_of_the_batch() -> None:
     state = RedisState("redis://127.0.0.1:1/0", "t:")  # nothing listens there
     try:
-        results = await asyncio.gather(
-            *(state.append_and_publish(r, "x", 0, "", b"") for r in (1, 2, 3)), return_exceptions=True
-        )
+        async with asyncio.timeout(10):
+            results = await asyncio.gather(
+                *(state.append_and_publish(r, "x", 0, "", b"") for r in (1, 2, 3)), return_exceptions=True
+            )
         assert all(isinstance(r, RedisConnectionError) for r in results), results
         assert state._pieces._sender is None  # nothing left running: the next call starts afresh
     finally:
         await state.close()
 
 
-async def test_a_cancelled_caller_does_not_disturb_the_others(state: RedisState) -> None:
+async def test_a_caller_cancelled_while_queued_is_not_sent(state: RedisState, pipelines: list[int]) -> None:
     for reply in (1, 2):
         await state.begin(reply, 10, "p1")
+    pipelines.clear()
     gone = asyncio.ensure_future(state.append_and_publish(1, "x", 0, "", b""))
     kept = asyncio.ensure_future(state.append_and_publish(2, "y", 0, "", b""))
-    await asyncio.sleep(0)  # both queued
+    await asyncio.sleep(0)  # both queued, the sender not yet run
     gone.cancel()
-    assert await kept is True
+    async with asyncio.timeout(10):
+        assert await kept is True
     with pytest.raises(asyncio.CancelledError):
         await gone
-    assert (await state.read([2]))[2].text == "y"
+    assert pipelines == [1]
+    views = await state.read([1, 2])
+    assert (views[1].text, views[2].text) == ("", "y")
+
+
+async def test_a_sender_cancelled_before_it_ran_fails_its_callers_and_the_next_call_works(state: RedisState) -> None:
+    """Its callers get an error of the shared state (the sink keeps the text, restores it
+    later), never a hang, nor a cancellation of their own tasks."""
+    await state.begin(1, 10, "p1")
+    waiting = asyncio.ensure_future(state.append_and_publish(1, "x", 0, "", b""))
+    await asyncio.sleep(0)  # queued: the sender task exists, not yet run
+    sender = state._pieces._sender
+    assert sender is not None
+    sender.cancel()
+    async with asyncio.timeout(10):
+        with pytest.raises(RedisConnectionError):
+            await waiting
+        assert state._pieces._sender is None
+        assert await state.append_and_publish(1, "x", 0, "", b"") is True  # a new sender
+    assert (await state.read([1]))[1].text == "x"
 
 
 async def test_the_batch_sends_the_script_it_was_given(state: RedisState) -> None:
     """A batch of another script: the same gathering, that script's answers."""
     script = state.redis.register_script("return ARGV[1] .. KEYS[1]")
     batch = ScriptBatch(state.redis, script)
-    answers = await asyncio.gather(*(batch([f"k{i}"], [f"v{i}"]) for i in range(3)))
+    async with asyncio.timeout(10):
+        answers = await asyncio.gather(*(batch([f"k{i}"], [f"v{i}"]) for i in range(3)))
     assert answers == [b"v0k0", b"v1k1", b"v2k2"]

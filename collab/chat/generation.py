@@ -7,7 +7,8 @@ it hands pieces, states and the outcome to a `Sink` that its caller supplies.
                                                   outcome──> sink.finish(outcome)   (always, in `finally`)
 
 The reader never waits for the sink: tokens are appended in memory and a separate
-flusher hands over at most one piece per window (the first piece at once).
+flusher hands over a piece per window, on ticks shared by every reply of the process
+(the first piece at once; WindowClock).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -57,35 +59,37 @@ class _Tick:
 
 
 class WindowClock:
-    """Where every coalescer of a loop waits out its window: windows end on multiples of
-    the window on the loop's clock, so that the pieces of every reply this process
-    streams are handed over in the same loop turn, and their Redis scripts go as one
-    pipeline (shared/batch.py; docs/benchmarks.md, "One pipeline per window"). One timer
-    per tick for the whole process, not one per reply and window.
+    """Where every coalescer of a loop waits out its window: windows end on one grid of
+    ticks a window apart, so that the pieces of every reply this process streams are
+    handed over in the same loop turn, and their Redis scripts go as one pipeline
+    (shared/batch.py; docs/benchmarks.md, "One pipeline per window"). One timer per
+    tick for the whole process, not one per reply and window. The grid's phase is drawn
+    per process: `loop.time()` is the machine's monotonic clock, and the processes of
+    one machine should not all wake in the same instant.
 
     `wait` returns a future that the first tick at least half a window away resolves:
     a reply that streams steadily gets a piece every window, on the grid; the gap after
     a piece sent at once (the first, or one after an idle spell) is half a window to one
     and a half."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
+        self._phase = random.random()  # of a window
         self._ticks: dict[tuple[float, int], _Tick] = {}
 
     def wait(self, window_s: float) -> tuple[asyncio.Future[None], tuple[float, int]]:
-        loop = self._loop
-        key = (window_s, math.ceil((loop.time() + window_s / 2) / window_s))
+        loop = asyncio.get_running_loop()
+        key = (window_s, math.ceil((loop.time() + window_s / 2) / window_s - self._phase))
         tick = self._ticks.get(key)
         if tick is None:
             tick = self._ticks[key] = _Tick()
-            tick.handle = loop.call_at(key[1] * window_s, self._fire, key)
+            tick.handle = loop.call_at((key[1] + self._phase) * window_s, self._fire, key)
         hold: asyncio.Future[None] = loop.create_future()
         tick.waiters.append(hold)
         return hold, key
 
     def forget(self, key: tuple[float, int], hold: asyncio.Future[None]) -> None:
-        """A waiter that no longer waits (its coalescer was cancelled); the tick's timer
-        goes when nobody is left to wake."""
+        """A waiter that no longer waits (its coalescer closed or was cancelled); the
+        tick's timer goes when nobody is left to wake. A tick that fired is gone already."""
         tick = self._ticks.get(key)
         if tick is None:
             return
@@ -110,7 +114,7 @@ def window_clock() -> WindowClock:
     loop = asyncio.get_running_loop()
     clock = _clocks.get(loop)
     if clock is None:
-        clock = _clocks[loop] = WindowClock(loop)
+        clock = _clocks[loop] = WindowClock()  # holds no reference to the loop: the entry goes with it
     return clock
 
 
@@ -181,8 +185,7 @@ class Coalescer:
             try:
                 await self._hold
             finally:
-                if not self._hold.done() or self._hold.cancelled():
-                    clock.forget(tick, self._hold)
+                clock.forget(tick, self._hold)  # cut short (close, cancel); after the tick, a dict miss
 
 
 @dataclass

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 
@@ -36,6 +37,7 @@ class ScriptBatch:
         self._calls.append(((len(keys), *keys, *args), result))
         if self._sender is None:  # runs once the loop turn's callers have all queued
             self._sender = loop.create_task(self._send())
+            self._sender.add_done_callback(self._sender_done)
         return await result
 
     async def _send(self) -> None:
@@ -43,16 +45,25 @@ class ScriptBatch:
             while self._calls:
                 calls, self._calls = self._calls, []
                 try:
-                    await self._run(calls)
-                except BaseException as exc:  # cancelled (the loop ends): nobody is left waiting
-                    _fail(calls, exc)
-                    _fail(self._calls, exc)
-                    self._calls = []
+                    await self._run([c for c in calls if not c[1].done()])  # a caller gone: not sent
+                except BaseException as exc:  # cancelled (the loop ends): its callers are told
+                    _fail(calls, _unsent(exc))
                     raise
         finally:
             self._sender = None
 
+    def _sender_done(self, task: asyncio.Task[None]) -> None:
+        """A sender cancelled before its first step never ran its `finally`: the calls
+        that wait for it fail (never hang), and the next call starts a sender again."""
+        if self._sender is task:
+            self._sender = None
+        if task.cancelled() and self._sender is None and self._calls:
+            calls, self._calls = self._calls, []
+            _fail(calls, _unsent(asyncio.CancelledError()))
+
     async def _run(self, calls: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], reload: bool = True) -> None:
+        if not calls:
+            return
         pipe = self._redis.pipeline(transaction=False)
         for args, _ in calls:
             pipe.evalsha(self._script.sha, *args)
@@ -78,10 +89,16 @@ class ScriptBatch:
                 result.set_result(got)
 
 
-def _fail(calls: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], exc: BaseException) -> None:
+def _unsent(exc: BaseException) -> Exception:
+    """What a caller whose call was cut short with the batch is told: an error of the
+    shared state (the sink keeps its text and restores it later), not a cancellation
+    of its own task."""
+    if isinstance(exc, Exception):
+        return exc
+    return RedisConnectionError("the pipeline was cancelled before Redis answered")
+
+
+def _fail(calls: list[tuple[tuple[Any, ...], asyncio.Future[Any]]], exc: Exception) -> None:
     for _, result in calls:
         if not result.done():
-            if isinstance(exc, asyncio.CancelledError):
-                result.cancel()
-            else:
-                result.set_exception(exc)
+            result.set_exception(exc)
