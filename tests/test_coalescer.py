@@ -1,5 +1,5 @@
-"""The coalescer (generation.Coalescer): a reply's tokens become pieces, the first at once,
-then one per window on ticks every reply of the process shares (generation.WindowClock);
+"""The coalescer (coalescer.Coalescer): a reply's tokens become pieces, the first at once,
+then one per window on ticks every reply of the process shares (coalescer.WindowClock);
 `close()` flushes what waits without waiting the window out."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from collab.chat.generation import Coalescer, WindowClock, window_clock
+from collab.chat.coalescer import Coalescer, WindowClock, window_clock
 
 HOUR = 3600.0  # a window no test waits out: were close() not to cut it short, the test would time out
 

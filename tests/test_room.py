@@ -254,7 +254,7 @@ async def test_reply_text_is_escaped_in_pieces_and_snapshots(world: World, marku
     async with member(world.alice) as alice:
         await alice.post("@a say something with markup")
         # Pieces that hold the markup (not a count of pieces: how many tokens a piece holds
-        # depends on where the window's tick falls, generation.WindowClock).
+        # depends on where the window's tick falls, coalescer.WindowClock).
         await alice.until(lambda f: any(r.role == "assistant" and "<hi>" in r.text for r in f.replies.values()))
         async with member(world.bob) as late:  # joins mid-reply: the text so far in its snapshot
             [reply] = [r for r in late.frames.replies.values() if r.role == "assistant"]

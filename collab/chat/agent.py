@@ -32,7 +32,8 @@ from collab.llm.client import ChatMessage
 from collab.llm.pool import SharedSlots, stream_reply
 
 if TYPE_CHECKING:
-    from collab.chat.generation import Coalescer, LiveReply
+    from collab.chat.coalescer import Coalescer
+    from collab.chat.generation import LiveReply
 
 log = logging.getLogger(__name__)
 

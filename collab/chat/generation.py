@@ -8,18 +8,14 @@ it hands pieces, states and the outcome to a `Sink` that its caller supplies.
 
 The reader never waits for the sink: tokens are appended in memory and a separate
 flusher hands over a piece per window, on ticks shared by every reply of the process
-(the first piece at once; WindowClock).
+(the first piece at once; coalescer.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import random
 import time
-import weakref
-from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,6 +25,7 @@ from django.conf import settings
 
 from collab.chat import metrics
 from collab.chat.agent import AgentPlan, for_reply
+from collab.chat.coalescer import Coalescer
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.early import EarlyRequest
@@ -36,156 +33,11 @@ from collab.llm.pool import ProviderConfig, SharedSlots, stream_reply
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[int, str], Awaitable[None]]
-
 # How a reply that did not run to its end is stored (its stop reason -> status, note).
 STOP_REASONS = {
     "stopped": ("stopped", ""),
     "interrupted": ("interrupted", "the server shut down mid-reply"),
 }
-
-
-def _release(hold: asyncio.Future[None] | None) -> None:
-    if hold is not None and not hold.done():
-        hold.set_result(None)
-
-
-class _Tick:
-    __slots__ = ("handle", "waiters")
-
-    def __init__(self) -> None:
-        self.handle: asyncio.TimerHandle | None = None
-        self.waiters: list[asyncio.Future[None]] = []
-
-
-class WindowClock:
-    """Where every coalescer of a loop waits out its window: windows end on one grid of
-    ticks a window apart, so that the pieces of every reply this process streams are
-    handed over in the same loop turn, and their Redis scripts go as one pipeline
-    (shared/batch.py; docs/benchmarks.md, "One pipeline per window"). One timer per
-    tick for the whole process, not one per reply and window. The grid's phase is drawn
-    per process: `loop.time()` is the machine's monotonic clock, and the processes of
-    one machine should not all wake in the same instant.
-
-    `wait` returns a future that the first tick at least half a window away resolves:
-    a reply that streams steadily gets a piece every window, on the grid; the gap after
-    a piece sent at once (the first, or one after an idle spell) is half a window to one
-    and a half."""
-
-    def __init__(self) -> None:
-        self._phase = random.random()  # of a window
-        self._ticks: dict[tuple[float, int], _Tick] = {}
-
-    def wait(self, window_s: float) -> tuple[asyncio.Future[None], tuple[float, int]]:
-        loop = asyncio.get_running_loop()
-        key = (window_s, math.ceil((loop.time() + window_s / 2) / window_s - self._phase))
-        tick = self._ticks.get(key)
-        if tick is None:
-            tick = self._ticks[key] = _Tick()
-            tick.handle = loop.call_at((key[1] + self._phase) * window_s, self._fire, key)
-        hold: asyncio.Future[None] = loop.create_future()
-        tick.waiters.append(hold)
-        return hold, key
-
-    def forget(self, key: tuple[float, int], hold: asyncio.Future[None]) -> None:
-        """A waiter that no longer waits (its coalescer closed or was cancelled); the
-        tick's timer goes when nobody is left to wake. A tick that fired is gone already."""
-        tick = self._ticks.get(key)
-        if tick is None:
-            return
-        tick.waiters = [w for w in tick.waiters if w is not hold]
-        if not tick.waiters and tick.handle is not None:
-            tick.handle.cancel()
-            del self._ticks[key]
-
-    def _fire(self, key: tuple[float, int]) -> None:
-        tick = self._ticks.pop(key, None)
-        if tick is not None:
-            for hold in tick.waiters:
-                if not hold.done():
-                    hold.set_result(None)
-
-
-_clocks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, WindowClock] = weakref.WeakKeyDictionary()
-
-
-def window_clock() -> WindowClock:
-    """The running loop's clock (a process has one loop that streams; tests have many)."""
-    loop = asyncio.get_running_loop()
-    clock = _clocks.get(loop)
-    if clock is None:
-        clock = _clocks[loop] = WindowClock()  # holds no reference to the loop: the entry goes with it
-    return clock
-
-
-class Coalescer:
-    """Batches pushed text into pieces: the first piece goes at once, then one per
-    `window_s` on the process's clock (WindowClock: every reply's window ends together);
-    an idle stream's next piece goes at once again.
-
-    `emit(offset, text)` is awaited for each piece, one at a time, in order; the pieces
-    are contiguous (each offset is the sum of the lengths before it). If `emit` fails,
-    no further piece is emitted (members would see a gap); `close()` still returns and
-    the caller's final text repairs what members missed.
-    """
-
-    def __init__(self, window_s: float, emit: Emit) -> None:
-        self.window_s = window_s
-        self.flushed = 0  # characters handed to emit
-        self.failed: BaseException | None = None
-        self._emit = emit
-        self._pending: list[str] = []
-        self._wake = asyncio.Event()
-        self._closing = False
-        self._hold: asyncio.Future[None] | None = None  # the window's wait, while one runs
-        self._clock = window_clock()
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def push(self, text: str) -> None:
-        self._pending.append(text)
-        self._wake.set()
-
-    async def close(self) -> None:
-        """Flush what is pending now (no window wait) and stop."""
-        self._closing = True
-        self._wake.set()
-        _release(self._hold)
-        await asyncio.shield(self._task)
-
-    async def _run(self) -> None:
-        try:
-            await self._loop()
-        except Exception as exc:  # the sink failed: stop emitting, keep the text
-            self.failed = exc
-            log.warning("pieces stopped: %r", exc)
-
-    async def _loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if self._pending:
-                # Window 0 is "no coalescing" (the load test's naive baseline): a frame per token.
-                texts = ["".join(self._pending)] if self.window_s > 0 else list(self._pending)
-                self._pending.clear()
-                for text in texts:
-                    offset = self.flushed
-                    self.flushed += len(text)
-                    await self._emit(offset, text)
-            if self._closing:
-                if not self._pending:
-                    return
-                continue
-            if self.window_s <= 0:
-                continue
-            # Hold the next piece back until the process's next tick (WindowClock); close()
-            # cuts it short. A future, not a timeout around an event: no cancellation and
-            # exception per window (docs/benchmarks.md).
-            clock = self._clock
-            self._hold, tick = clock.wait(self.window_s)
-            try:
-                await self._hold
-            finally:
-                clock.forget(tick, self._hold)  # cut short (close, cancel); after the tick, a dict miss
 
 
 @dataclass

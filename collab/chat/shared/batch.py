@@ -2,7 +2,7 @@
 
 Every streaming reply's piece runs the sink's script (APPEND_PUBLISH: the text appended,
 the frame published), once per window. The coalescers' windows end together on the
-process's clock (generation.WindowClock), so the pieces of all the replies this process
+process's clock (coalescer.WindowClock), so the pieces of all the replies this process
 streams are handed over in one loop turn; here their calls go to Redis as one pipeline
 (one write, one read), at about 23 µs of CPU a call against 59-85 µs for a call of its
 own (docs/benchmarks.md, "One pipeline per window"). Calls made while a pipeline is in
