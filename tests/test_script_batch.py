@@ -31,28 +31,34 @@ async def state(settings: Any) -> AsyncIterator[RedisState]:
     await shared.reset()
 
 
+class Sent(list[int]):
+    """The size of every pipeline sent, in order; `in_flight`: those not answered yet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight: list[int] = []
+
+
 @pytest.fixture
-def pipelines(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The size of every pipeline sent (the real one runs: this only counts)."""
-    sizes: list[int] = []
+def pipelines(monkeypatch: pytest.MonkeyPatch) -> Sent:
+    """Every pipeline sent (the real one runs: this only counts)."""
+    sent = Sent()
     execute = Pipeline.execute
 
     async def counted(self: Pipeline, raise_on_error: bool = True) -> Any:
         size = len(self.command_stack)
-        sizes.append(size)
-        in_flight.append(size)
+        sent.append(size)
+        sent.in_flight.append(size)
         try:
             return await execute(self, raise_on_error)
         finally:
-            in_flight.remove(size)
+            sent.in_flight.remove(size)
 
-    in_flight: list[int] = []
     monkeypatch.setattr(Pipeline, "execute", counted)
-    monkeypatch.setattr(ScriptBatch, "in_flight", in_flight, raising=False)  # for the overlap check
-    return sizes
+    return sent
 
 
-async def test_pieces_of_one_loop_turn_go_as_one_pipeline(state: RedisState, pipelines: list[int]) -> None:
+async def test_pieces_of_one_loop_turn_go_as_one_pipeline(state: RedisState, pipelines: Sent) -> None:
     for reply in range(1, 6):
         await state.begin(reply, 10, "p1")
     pipelines.clear()  # begin's own
@@ -63,7 +69,7 @@ async def test_pieces_of_one_loop_turn_go_as_one_pipeline(state: RedisState, pip
     assert {r: v.text for r, v in views.items()} == {r: f"piece {r}" for r in range(1, 6)}
 
 
-async def test_calls_made_while_a_pipeline_is_in_flight_go_in_the_next(state: RedisState, pipelines: list[int]) -> None:
+async def test_calls_made_while_a_pipeline_is_in_flight_go_in_the_next(state: RedisState, pipelines: Sent) -> None:
     for reply in (1, 2, 3):
         await state.begin(reply, 10, "p1")
     pipelines.clear()
@@ -71,7 +77,7 @@ async def test_calls_made_while_a_pipeline_is_in_flight_go_in_the_next(state: Re
     first = asyncio.ensure_future(state.append_and_publish(1, "a", 0, "", b""))
     await asyncio.sleep(0)  # queued
     await asyncio.sleep(0)  # the sender runs: its pipeline is in flight
-    overlaps.append(list(ScriptBatch.in_flight))  # type: ignore[attr-defined]
+    overlaps.append(list(pipelines.in_flight))
     later = [asyncio.ensure_future(state.append_and_publish(r, "b", 0, "", b"")) for r in (2, 3)]
     async with asyncio.timeout(10):
         await asyncio.gather(first, *later)
@@ -97,7 +103,7 @@ async def test_each_caller_gets_its_own_answer(state: RedisState) -> None:
     assert (await state.read([3]))[3].text == "z"
 
 
-async def test_a_script_redis_forgot_is_loaded_again(state: RedisState, pipelines: list[int]) -> None:
+async def test_a_script_redis_forgot_is_loaded_again(state: RedisState, pipelines: Sent) -> None:
     for reply in (1, 2):
         await state.begin(reply, 10, "p1")
     await state.redis.script_flush()  # as after a restart: every script is gone
@@ -121,7 +127,7 @@ async def test_a_redis_that_is_away_fails_every_caller_of_the_batch() -> None:
         await state.close()
 
 
-async def test_a_caller_cancelled_while_queued_is_not_sent(state: RedisState, pipelines: list[int]) -> None:
+async def test_a_caller_cancelled_while_queued_is_not_sent(state: RedisState, pipelines: Sent) -> None:
     for reply in (1, 2):
         await state.begin(reply, 10, "p1")
     pipelines.clear()

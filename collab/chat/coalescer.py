@@ -31,8 +31,8 @@ def _release(hold: asyncio.Future[None] | None) -> None:
 class _Tick:
     __slots__ = ("handle", "waiters")
 
-    def __init__(self) -> None:
-        self.handle: asyncio.TimerHandle | None = None
+    def __init__(self, handle: asyncio.TimerHandle) -> None:
+        self.handle = handle
         self.waiters: list[asyncio.Future[None]] = []
 
 
@@ -59,8 +59,7 @@ class WindowClock:
         key = (window_s, math.ceil((loop.time() + window_s / 2) / window_s - self._phase))
         tick = self._ticks.get(key)
         if tick is None:
-            tick = self._ticks[key] = _Tick()
-            tick.handle = loop.call_at((key[1] + self._phase) * window_s, self._fire, key)
+            tick = self._ticks[key] = _Tick(loop.call_at((key[1] + self._phase) * window_s, self._fire, key))
         hold: asyncio.Future[None] = loop.create_future()
         tick.waiters.append(hold)
         return hold, key
@@ -72,7 +71,7 @@ class WindowClock:
         if tick is None:
             return
         tick.waiters = [w for w in tick.waiters if w is not hold]
-        if not tick.waiters and tick.handle is not None:
+        if not tick.waiters:
             tick.handle.cancel()
             del self._ticks[key]
 
