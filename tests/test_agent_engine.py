@@ -40,10 +40,10 @@ def run_of(replies: list[list[Any]], steps: int = 8) -> tuple[AgentRun, list[str
         requests.append([messages, tools, choice])
         items = replies[len(requests) - 1]
 
-        async def stream() -> AsyncIterator[Any]:
+        async def stream() -> AsyncIterator[list[Any]]:  # a read per item, as a slow stream comes
             for item in items:
-                yield item
-            yield Usage(10, len(items))
+                yield [item]
+            yield [Usage(10, len(items))]
 
         return stream()
 

@@ -53,7 +53,7 @@ async def ask(
     url: str, messages: list[ChatMessage], tools: list[dict[str, Any]] | None = TOOLS, model: str = "sim", **kw: Any
 ) -> list[Item]:
     endpoint = Endpoint(url, max_retries=0)
-    return [item async for item in stream_chat(endpoint, model, messages, tools=tools, **kw)]
+    return [item async for read in stream_chat(endpoint, model, messages, tools=tools, **kw) for item in read]
 
 
 def user(text: str) -> ChatMessage:

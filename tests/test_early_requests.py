@@ -157,14 +157,24 @@ async def test_stream_chat_takes_a_request_that_fits_and_cancels_one_that_does_n
     messages = [{"role": "user", "content": f"hello {tag}"}]
     fits = EarlyRequest(endpoint, request_body("sim", messages, None, 50))
     text = "".join(
-        [p async for p in stream_chat(endpoint, "sim", messages, max_tokens=50, early=fits) if isinstance(p, str)]
+        [
+            p
+            async for ps in stream_chat(endpoint, "sim", messages, max_tokens=50, early=fits)
+            for p in ps
+            if isinstance(p, str)
+        ]
     )
     assert text and fits.taken and len(sent_with(sim, tag)) == 1
     other = uuid.uuid4().hex
     stale = EarlyRequest(endpoint, request_body("sim", [{"role": "user", "content": f"stale {other}"}], None, 50))
     fresh = [{"role": "user", "content": f"fresh {other}"}]
     text = "".join(
-        [p async for p in stream_chat(endpoint, "sim", fresh, max_tokens=50, early=stale) if isinstance(p, str)]
+        [
+            p
+            async for ps in stream_chat(endpoint, "sim", fresh, max_tokens=50, early=stale)
+            for p in ps
+            if isinstance(p, str)
+        ]
     )
     assert text and stale.taken and any(f"fresh {other}" in s for s in sent_with(sim, other))
     async with asyncio.timeout(10):  # cancelled, or answered first and then closed
@@ -230,7 +240,12 @@ async def test_the_endpoint_a_request_was_sent_to_is_tried_first(sim: tuple[str,
     request = EarlyRequest(config.endpoint(other), request_body("sim", messages, None, 50))
     await until_sent(sim, tag)
     pool.endpoints[0].in_flight = 0  # free again when the reply starts: still the other first
-    text = [p async for p in stream_reply(config, "sim", messages, max_tokens=50, early=request) if isinstance(p, str)]
+    text = [
+        p
+        async for ps in stream_reply(config, "sim", messages, max_tokens=50, early=request)
+        for p in ps
+        if isinstance(p, str)
+    ]
     assert text and request.used and len(sent_with(sim, tag)) == 1
     # A pool running another configuration is not read as this one's, nor changed by it.
     changed = ProviderConfig(name=config.name, base_urls=(sim[0],), read_timeout_s=5)

@@ -79,8 +79,8 @@ async def run(
     server, url = await serve(events, together=together, gzip=gzip)
     try:
         async with server:
-            async for item in stream_chat(Endpoint(url, max_retries=0), "m", [{"role": "user", "content": "hi"}]):
-                items.append(item)
+            async for read in stream_chat(Endpoint(url, max_retries=0), "m", [{"role": "user", "content": "hi"}]):
+                items.extend(read)
             return items
     finally:
         server.close()
@@ -89,6 +89,19 @@ async def run(
 @pytest.mark.usefixtures("cleanup")
 async def test_llama_cpp_stream_is_read_whole() -> None:
     assert await run(LLAMA_OK) == ["Two", " plus two is four."]
+
+
+@pytest.mark.usefixtures("cleanup")
+async def test_the_events_of_one_read_come_in_one_list() -> None:
+    # A loaded process reads several events at once: what they hold is handed on in one
+    # step of the stream (and of its readers), each text piece still one chunk; the
+    # events that hold nothing (the role, a comment, the finish, [DONE]) add no list.
+    server, url = await serve(LLAMA_OK, together=True)
+    reads = []
+    async with server:
+        async for read in stream_chat(Endpoint(url, max_retries=0), "m", [{"role": "user", "content": "hi"}]):
+            reads.append(read)
+    assert reads == [["Two", " plus two is four."]]
 
 
 @pytest.mark.usefixtures("cleanup")

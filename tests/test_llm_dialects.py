@@ -240,10 +240,10 @@ class Server:
         server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
         try:
-            async for item in stream_chat(
+            async for read in stream_chat(
                 Endpoint(url, max_retries=0, **endpoint), "m", [{"role": "user", "content": "hi"}]
             ):
-                items.append(item)
+                items.extend(read)
             return items
         finally:
             server.close()
@@ -333,8 +333,8 @@ async def test_refused_connection_is_connect(backend: str) -> None:
         port = sock.getsockname()[1]  # bound, never listening: refused
         items: list[Item] = []
         with pytest.raises(LLMError) as err:
-            async for item in stream_chat(Endpoint(f"http://127.0.0.1:{port}/v1", max_retries=0), "m", []):
-                items.append(item)
+            async for read in stream_chat(Endpoint(f"http://127.0.0.1:{port}/v1", max_retries=0), "m", []):
+                items.extend(read)
     assert (err.value.kind, items) == ("connect", [])
 
 

@@ -55,7 +55,7 @@ async def close_clients() -> AsyncIterator[None]:
 
 
 async def collect(config: ProviderConfig, model: str = "sim", **kw: Any) -> str:
-    return "".join([x async for x in stream_reply(config, model, MESSAGES, **kw) if isinstance(x, str)])
+    return "".join([x async for xs in stream_reply(config, model, MESSAGES, **kw) for x in xs if isinstance(x, str)])
 
 
 # --- pools ----------------------------------------------------------------------------

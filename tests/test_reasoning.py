@@ -82,7 +82,7 @@ async def test_both_dialects_are_read_apart_from_the_answer(sim_url: str, model:
     """vLLM's `reasoning_content` and Cerebras'/OpenRouter's `reasoning`, from the simulated
     model over HTTP: thoughts first, then the answer, then usage counting both."""
     try:
-        items = [x async for x in stream_chat(Endpoint(sim_url, max_retries=0), model, PROMPT)]
+        items = [x async for xs in stream_chat(Endpoint(sim_url, max_retries=0), model, PROMPT) for x in xs]
     finally:
         await aclose_clients()
     thoughts = [x.text for x in items if isinstance(x, Thought)]
@@ -97,7 +97,11 @@ async def test_both_dialects_are_read_apart_from_the_answer(sim_url: str, model:
 
 async def test_max_tokens_counts_the_thinking_and_ends_length(sim_url: str) -> None:
     try:
-        items = [x async for x in stream_chat(Endpoint(sim_url, max_retries=0), "sim+think@5", PROMPT, max_tokens=8)]
+        items = [
+            x
+            async for xs in stream_chat(Endpoint(sim_url, max_retries=0), "sim+think@5", PROMPT, max_tokens=8)
+            for x in xs
+        ]
     finally:
         await aclose_clients()
     assert len([x for x in items if isinstance(x, Thought)]) == 5
@@ -119,7 +123,7 @@ async def test_a_chunk_at_the_switch_holding_both_fields_keeps_both_in_order() -
     server, url = await serve(events)
     try:
         async with server:
-            items = [x async for x in stream_chat(Endpoint(url, max_retries=0), "m", PROMPT)]
+            items = [x async for xs in stream_chat(Endpoint(url, max_retries=0), "m", PROMPT) for x in xs]
     finally:
         server.close()
         await aclose_clients()

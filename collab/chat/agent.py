@@ -80,8 +80,8 @@ class AgentPlan:
     tools: Tools
 
 
-# (messages, tools, max_tokens, tool_choice) -> the stream's items (llm.pool.stream_reply)
-ModelCall = Callable[[list[ChatMessage], list[dict[str, Any]] | None, int | None, str | None], AsyncIterator[Any]]
+# (messages, tools, max_tokens, tool_choice) -> the stream's items, a list per read (llm.pool.stream_reply)
+ModelCall = Callable[[list[ChatMessage], list[dict[str, Any]] | None, int | None, str | None], AsyncIterator[list[Any]]]
 Push = Callable[[str], None]
 
 
@@ -203,21 +203,22 @@ class AgentRun:
         self.cut = False
         allowed = self._room(max_tokens)
         try:
-            async for item in self.call_model(messages, tools, allowed, tool_choice):
-                if isinstance(item, str):
-                    if self.first_at is None:
-                        self.first_at = asyncio.get_running_loop().time()
-                    counted += 1
-                    words.append(item)
-                    self.log(item)
-                elif isinstance(item, ToolCall):
-                    calls.append(item)
-                elif isinstance(item, Usage):
-                    usage = item
-                elif isinstance(item, Thought):
-                    counted += 1
-                elif isinstance(item, Finish):
-                    self.cut = item.reason == "length"
+            async for items in self.call_model(messages, tools, allowed, tool_choice):
+                for item in items:
+                    if isinstance(item, str):
+                        if self.first_at is None:
+                            self.first_at = asyncio.get_running_loop().time()
+                        counted += 1
+                        words.append(item)
+                        self.log(item)
+                    elif isinstance(item, ToolCall):
+                        calls.append(item)
+                    elif isinstance(item, Usage):
+                        usage = item
+                    elif isinstance(item, Thought):
+                        counted += 1
+                    elif isinstance(item, Finish):
+                        self.cut = item.reason == "length"
         finally:
             self.chunks += counted
             used = usage.completion_tokens if usage and usage.completion_tokens is not None else None

@@ -194,27 +194,28 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                 )
             ) as stream,
         ):
-            async for item in stream:
-                if isinstance(item, str):  # the answer: the hot path
-                    if first_at is None:
-                        first_at = loop.time()
-                        live.first_at = time.monotonic()
-                    chunks += 1
-                    live.parts.append(item)
-                    coalescer.push(item)
-                elif isinstance(item, Thought):
-                    if first_at is None:
-                        first_at = loop.time()
-                        live.first_at = time.monotonic()
-                    if thinker is None:
-                        thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
-                    chunks += 1
-                    live.thoughts.append(item.text)
-                    thinker.push(item.text)
-                elif isinstance(item, Usage):
-                    usage = item
-                elif isinstance(item, Finish):
-                    finish_reason = item.reason
+            async for items in stream:  # what one read of the model's stream held
+                for item in items:
+                    if isinstance(item, str):  # the answer: the hot path
+                        if first_at is None:
+                            first_at = loop.time()
+                            live.first_at = time.monotonic()
+                        chunks += 1
+                        live.parts.append(item)
+                        coalescer.push(item)
+                    elif isinstance(item, Thought):
+                        if first_at is None:
+                            first_at = loop.time()
+                            live.first_at = time.monotonic()
+                        if thinker is None:
+                            thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
+                        chunks += 1
+                        live.thoughts.append(item.text)
+                        thinker.push(item.text)
+                    elif isinstance(item, Usage):
+                        usage = item
+                    elif isinstance(item, Finish):
+                        finish_reason = item.reason
     except LLMError as exc:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)

@@ -91,16 +91,17 @@ async def one_run(
         asyncio.timeout(config.total_timeout_s),
         aclosing(stream_reply(config, model, messages, max_tokens=max_tokens, on_started=on_started)) as stream,
     ):
-        async for item in stream:
-            if isinstance(item, Usage):
-                usage = item
-                continue
-            if isinstance(item, Finish):
-                continue
-            last = loop.time()
-            if first is None:
-                first = last
-            chunks += 1
+        async for items in stream:
+            for item in items:
+                if isinstance(item, Usage):
+                    usage = item
+                    continue
+                if isinstance(item, Finish):
+                    continue
+                last = loop.time()
+                if first is None:
+                    first = last
+                chunks += 1
     if first is None:
         raise LLMError("server", "the provider sent no text")
     tokens = usage.completion_tokens if usage and usage.completion_tokens else chunks

@@ -199,11 +199,14 @@ def _aiohttp_body(response: httpx2.Response) -> aiohttp.StreamReader | None:
     return body if isinstance(body, aiohttp.StreamReader) else None
 
 
-async def _sse_data(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
+async def _sse_data(response: httpx2.Response) -> AsyncGenerator[list[bytes], None]:
     """The `data:` payloads of a server-sent-events body, split by hand from the raw
-    bytes (httpx's line decoder costs more than the JSON). Comments (": ping"), blank
-    separators and other fields are skipped. The caller closes `response` (read from
-    aiohttp, the stream does not close it at its end as httpx's `aiter_raw` does)."""
+    bytes (httpx's line decoder costs more than the JSON): a list per socket read, of the
+    events it completed (a loaded process reads several at once: one step of this
+    generator and of its readers per read, not per event; docs/benchmarks.md, "Issue 9,
+    a read's events together"). Comments (": ping"), blank separators and other fields
+    are skipped. The caller closes `response` (read from aiohttp, the stream does not
+    close it at its end as httpx's `aiter_raw` does)."""
     body = _aiohttp_body(response)
     # aiohttp's errors as the transport maps them (to httpx2's), as `aiter_bytes` would.
     blocks = response.aiter_bytes() if body is None else body.iter_any()
@@ -212,9 +215,9 @@ async def _sse_data(response: httpx2.Response) -> AsyncGenerator[bytes, None]:
         async for block in blocks:
             pending += block
             *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if line.startswith(b"data:"):
-                    yield line[5:].strip()
+            data = [line[5:].strip() for line in lines if line.startswith(b"data:")]
+            if data:
+                yield data
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -256,6 +259,68 @@ def request_body(
     return body
 
 
+# What a stream yields, a list per socket read: its text pieces, thoughts, tool calls,
+# usage and end, in the order the provider sent them.
+Item = str | Thought | ToolCall | Usage | Finish
+
+
+class _Chunks:
+    """The events of one stream, decoded as they come: what each read's events hold, the
+    tool calls being assembled, and the finish_reason once one came."""
+
+    def __init__(self) -> None:
+        self.calls = Calls()  # tool calls being assembled (rare: a plain reply has none)
+        self.finished = ""  # the finish_reason, once one came
+
+    def take(self, events: list[bytes], items: list[Item]) -> bool:
+        """Append what `events` hold to `items`; True at the stream's [DONE]. Raises
+        LLMError for a malformed event or an error event (`items` holds what came before)."""
+        for data in events:
+            if data == b"[DONE]":
+                # Without a finish_reason first, [DONE] means cut short (llama.cpp's
+                # server ends an interrupted stream so): not a complete reply.
+                return True
+            try:
+                chunk = orjson.loads(data)  # once per event (docs/benchmarks.md, "Faster parts")
+            except ValueError as exc:  # orjson.JSONDecodeError is one
+                raise LLMError("server", "the provider sent a malformed chunk") from exc
+            if "error" in chunk:
+                err = chunk["error"]
+                message = err.get("message", "error") if isinstance(err, dict) else str(err)
+                raise LLMError("server", f"the provider reported an error mid-stream: {message}"[:300])
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                content = delta.get("content")
+                # A plain content chunk ({"content": ...}) pays one length check here
+                # (docs/benchmarks.md); a chunk at the switch may hold both fields.
+                if not content or len(delta) > 1:
+                    thought = delta.get("reasoning_content") or delta.get("reasoning")
+                    if thought:
+                        items.append(Thought(thought))
+                    fragments = delta.get("tool_calls")
+                    if fragments:
+                        self.calls.add(fragments)
+                    elif delta.get("function_call"):  # the legacy single call
+                        self.calls.add([{"index": 0, "function": delta["function_call"]}])
+                if content:
+                    items.append(content)
+                if choice.get("finish_reason"):
+                    self.finished = choice["finish_reason"]
+                    if "x_groq" in chunk and not chunk.get("usage"):
+                        # Groq: the usage in the finish chunk's `x_groq`, read here
+                        # (once a stream) so that a plain chunk pays nothing for it.
+                        groq = chunk["x_groq"]
+                        if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
+                            chunk["usage"] = groq["usage"]
+                    if self.calls:
+                        items.extend(self.calls.done())
+                        self.calls = Calls()
+            usage = chunk.get("usage")
+            if usage:
+                items.append(Usage(usage.get("prompt_tokens"), usage.get("completion_tokens")))
+        return False
+
+
 # Ends of a reply that are its own: no `Finish` item.
 _NORMAL_ENDS = frozenset({"stop", "tool_calls", "function_call"})
 
@@ -270,11 +335,12 @@ async def stream_chat(
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     early: EarlyRequest | None = None,
-) -> AsyncGenerator[str | Thought | ToolCall | Usage | Finish, None]:
+) -> AsyncGenerator[list[Item], None]:
     """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then
     the `ToolCall`s it asks for (when `tools` were offered; once the finish_reason came),
     then a `Usage` if the provider sent one, then a `Finish` if it stopped for another
-    reason than its own end or its tool calls (docs/wire.md: "length").
+    reason than its own end or its tool calls (docs/wire.md: "length"). They come in a
+    list per read of the stream (never empty), each text piece one chunk of the model's.
 
     `tools`: OpenAI function-calling schemas, sent when not empty; `tool_choice` with them
     ("none": the model must answer in text, though the request holds tool turns; unset:
@@ -288,8 +354,7 @@ async def stream_chat(
     """
     client = client_for(endpoint)
     body = request_body(model, messages, temperature, max_tokens, tools, tool_choice)
-    calls = Calls()  # tool calls being assembled (rare: a plain reply has none)
-    finished = ""  # the finish_reason, once one came
+    chunks = _Chunks()
     responded = False  # past the status line: a failure from here on is mid-stream
     try:
         # The SDK's own POST (base URL, auth, headers, retries, status errors), without
@@ -302,52 +367,20 @@ async def stream_chat(
                 early.cancel()
             response = await client.post("/chat/completions", body=body, cast_to=httpx2.Response, stream=True)
         responded = True
+        events = _sse_data(response)
         try:
-            events = _sse_data(response)
             async for data in events:
-                if data == b"[DONE]":
-                    # Without a finish_reason first, [DONE] means cut short (llama.cpp's
-                    # server ends an interrupted stream so): not a complete reply.
-                    break
+                items: list[Item] = []
                 try:
-                    chunk = orjson.loads(data)  # once per event (docs/benchmarks.md, "Faster parts")
-                except ValueError as exc:  # orjson.JSONDecodeError is one
-                    raise LLMError("server", "the provider sent a malformed chunk") from exc
-                if "error" in chunk:
-                    err = chunk["error"]
-                    message = err.get("message", "error") if isinstance(err, dict) else str(err)
-                    raise LLMError("server", f"the provider reported an error mid-stream: {message}"[:300])
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    content = delta.get("content")
-                    # A plain content chunk ({"content": ...}) pays one length check here
-                    # (docs/benchmarks.md); a chunk at the switch may hold both fields.
-                    if not content or len(delta) > 1:
-                        thought = delta.get("reasoning_content") or delta.get("reasoning")
-                        if thought:
-                            yield Thought(thought)
-                        fragments = delta.get("tool_calls")
-                        if fragments:
-                            calls.add(fragments)
-                        elif delta.get("function_call"):  # the legacy single call
-                            calls.add([{"index": 0, "function": delta["function_call"]}])
-                    if content:
-                        yield content
-                    if choice.get("finish_reason"):
-                        finished = choice["finish_reason"]
-                        if "x_groq" in chunk and not chunk.get("usage"):
-                            # Groq: the usage in the finish chunk's `x_groq`, read here
-                            # (once a stream) so that a plain chunk pays nothing for it.
-                            groq = chunk["x_groq"]
-                            if isinstance(groq, dict) and isinstance(groq.get("usage"), dict):
-                                chunk["usage"] = groq["usage"]
-                        if calls:
-                            for call in calls.done():
-                                yield call
-                            calls = Calls()
-                usage = chunk.get("usage")
-                if usage:
-                    yield Usage(usage.get("prompt_tokens"), usage.get("completion_tokens"))
+                    done = chunks.take(data, items)
+                except LLMError:  # what came before the failure is the reply's
+                    if items:
+                        yield items
+                    raise
+                if items:
+                    yield items
+                if done:
+                    break
         finally:
             await events.aclose()
             await response.aclose()
@@ -361,7 +394,7 @@ async def stream_chat(
         raise LLMError("connect", "could not reach the provider") from exc
     except openai.APIStatusError as exc:
         raise _status_error(exc) from exc
-    if not finished:
+    if not chunks.finished:
         raise LLMError("dropped", "the provider's stream ended before the reply was complete (no finish_reason)")
-    if finished not in _NORMAL_ENDS:
-        yield Finish(str(finished)[:20])  # Message.finish_reason holds 20 characters
+    if chunks.finished not in _NORMAL_ENDS:
+        yield [Finish(str(chunks.finished)[:20])]  # Message.finish_reason holds 20 characters

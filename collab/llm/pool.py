@@ -21,7 +21,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from collab.llm.client import ChatMessage, Endpoint, Finish, LLMError, Thought, ToolCall, Usage, stream_chat
+from collab.llm.client import ChatMessage, Endpoint, Item, LLMError, Thought, ToolCall, stream_chat
 from collab.llm.early import EarlyRequest
 
 log = logging.getLogger(__name__)
@@ -160,8 +160,8 @@ async def stream_reply(
     on_started: Callable[[str], Awaitable[None]] | None = None,
     slots: SharedSlots | None = None,
     early: EarlyRequest | None = None,
-) -> AsyncGenerator[str | Thought | ToolCall | Usage | Finish, None]:
-    """Like `stream_chat`, through the provider's queues and endpoint pool.
+) -> AsyncGenerator[list[Item], None]:
+    """Like `stream_chat` (a list of items per read), through the provider's queues and endpoint pool.
 
     `on_queued(position)` is awaited if the request must wait for a slot,
     `on_started(base_url)` when a request is sent to an endpoint. `early`: the request,
@@ -203,11 +203,11 @@ async def stream_reply(
                 )
                 early = None  # the first endpoint's to take or cancel; another sends its own
                 async with aclosing(stream):
-                    async for item in stream:
+                    async for items in stream:
                         # Shown, or acted on (a tool call runs): no other endpoint.
-                        if not got_text and isinstance(item, (str, Thought, ToolCall)):
-                            got_text = True
-                        yield item
+                        if not got_text:
+                            got_text = any(isinstance(item, (str, Thought, ToolCall)) for item in items)
+                        yield items
                 endpoint.failures = 0
                 return
             except LLMError as exc:

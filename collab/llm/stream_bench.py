@@ -34,9 +34,8 @@ async def _read(port: int, streams: int, seconds: float) -> tuple[int, float, fl
         while time.monotonic() < stop_at:
             n += 1
             try:
-                async for item in stream_chat(endpoint, "sim", [{"role": "user", "content": f"bench {i} {n}"}]):
-                    if isinstance(item, str):
-                        pieces += 1
+                async for items in stream_chat(endpoint, "sim", [{"role": "user", "content": f"bench {i} {n}"}]):
+                    pieces += sum(isinstance(item, str) for item in items)
             except LLMError:
                 errors += 1
 
