@@ -16,6 +16,7 @@ from collab.chat import shared
 from collab.chat.shared.base import ReplyEnded, StateLost
 from collab.chat.shared.batch import ScriptBatch
 from collab.chat.shared.redis import RedisState
+from collab.chat.shared.redis_scripts import APPEND_PUBLISH
 from tests.conftest import _use_layer, require_redis
 
 pytestmark = pytest.mark.redis
@@ -27,6 +28,7 @@ async def state(settings: Any) -> AsyncIterator[RedisState]:
     _use_layer(settings, "redis")
     state = shared.backend()
     assert isinstance(state, RedisState)
+    await state.redis.script_load(APPEND_PUBLISH)  # loaded, whatever test flushed the scripts before
     yield state
     await shared.reset()
 
@@ -112,6 +114,26 @@ async def test_a_script_redis_forgot_is_loaded_again(state: RedisState, pipeline
         await asyncio.gather(*(state.append_and_publish(r, "again", 0, "", b"") for r in (1, 2)))
     assert pipelines == [2, 2]  # NOSCRIPT for both, loaded, both sent again
     assert {r: v.text for r, v in (await state.read([1, 2])).items()} == {1: "again", 2: "again"}
+
+
+async def script_exists_calls(state: RedisState) -> int:
+    """How many SCRIPT EXISTS this Redis has answered (its command statistics)."""
+    stats = await state.redis.info("commandstats")
+    return int(stats.get("cmdstat_script|exists", {}).get("calls", 0))
+
+
+async def test_a_reply_begins_in_one_round_trip_and_with_a_script_redis_forgot(
+    state: RedisState, pipelines: Sent
+) -> None:
+    asked = await script_exists_calls(state)
+    await state.begin(1, 10, "p1")
+    assert pipelines == [6]  # its keys and its lease
+    assert await script_exists_calls(state) == asked  # with no SCRIPT EXISTS first (a round trip)
+    await state.redis.script_flush()  # as after a restart
+    await state.begin(2, 10, "p1")
+    leases = await state.redis.zrange(state.p + "leases", 0, -1)
+    assert {int(r) for r in leases} >= {1, 2}  # the lease was loaded and taken
+    assert (await state.read([2]))[2].text == ""
 
 
 async def test_a_redis_that_is_away_fails_every_caller_of_the_batch() -> None:

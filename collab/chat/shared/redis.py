@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ConstantBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 
 from collab.chat.shared.base import (
     KEEP_ENDED_S,
@@ -150,8 +151,13 @@ class RedisState(SharedState):
             pipe.delete(key)  # a new reply: nothing of an earlier one with this id (a fresh database) is kept
             pipe.hset(key, mapping={"room": room_id, "owner": owner, "state": ""})
             pipe.expire(key, KEEP_LIVE_S)
-            await self._lease(keys=[self.p + "leases"], args=[LEASE_TTL_S, reply_id], client=pipe)
-            await pipe.execute()
+            # By its SHA alone: a registered script in a pipeline asks SCRIPT EXISTS first
+            # (redis-py's `load_scripts`), a round trip more for every reply.
+            pipe.evalsha(self._lease.sha, 1, self.p + "leases", LEASE_TTL_S, reply_id)
+            try:
+                await pipe.execute()
+            except NoScriptError:  # a Redis that lost it (restarted): the rest ran; loaded, and the lease taken
+                await self._lease(keys=[self.p + "leases"], args=[LEASE_TTL_S, reply_id])
 
     async def append(self, reply_id: int, text: str, at_bytes: int, thinking: bool = False) -> None:
         await self.append_and_publish(reply_id, text, at_bytes, "", b"", thinking)
