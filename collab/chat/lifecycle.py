@@ -353,13 +353,24 @@ def start_with_server() -> None:
     reactor.callWhenRunning(freeze_startup_heap)  # type: ignore[attr-defined]
 
 
+# The youngest generation is collected once this many more container objects were made than
+# freed (CPython's default: 700). A streaming process holds thousands alive at any instant
+# (each read's chunks, each window's frames), so at 700 it collected ~35 times a second,
+# promoting what was merely in flight into the older generations and their long walks;
+# at 10,000 it is ~1 a second and the collector's share of the CPU fell from 2.4% to 0.4%
+# (docs/benchmarks.md, "Issue 9, the collector's young generation").
+YOUNG_GC_THRESHOLD = 10_000
+
+
 def freeze_startup_heap() -> None:
     """Out of the cyclic garbage collector's sight: everything alive once the server is up
     (Django, the modules, the settings). A full collection walked all of it (~170,000
     objects, up to 140 ms with the event loop stopped); now it walks only what the running
-    server made (17-19 ms under load; docs/benchmarks.md, "Garbage collection")."""
+    server made (17-19 ms under load; docs/benchmarks.md, "Garbage collection"). Then the
+    young generation's threshold is raised (YOUNG_GC_THRESHOLD)."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _is_main_thread() -> bool:
