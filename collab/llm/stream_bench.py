@@ -35,7 +35,9 @@ async def _read(port: int, streams: int, seconds: float) -> tuple[int, float, fl
             n += 1
             try:
                 async for items in stream_chat(endpoint, "sim", [{"role": "user", "content": f"bench {i} {n}"}]):
-                    pieces += sum(isinstance(item, str) for item in items)
+                    for item in items:
+                        if isinstance(item, str):
+                            pieces += 1
             except LLMError:
                 errors += 1
 
