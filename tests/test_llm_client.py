@@ -130,6 +130,14 @@ async def test_a_malformed_chunk_fails_after_the_text_before_it() -> None:
 
 
 @pytest.mark.usefixtures("cleanup")
+async def test_json_that_is_no_chunk_fails_after_the_text_before_it() -> None:
+    items: list[str | Usage] = []
+    with pytest.raises(LLMError, match="malformed") as err:
+        await run([chunk({"content": "Hi"}), b"data: 5\n\n"], items, together=True)
+    assert (err.value.kind, items) == ("server", ["Hi"])
+
+
+@pytest.mark.usefixtures("cleanup")
 @pytest.mark.parametrize(("gzip", "direct"), [(False, True), (True, False)], ids=["plain", "gzip"])
 async def test_the_body_is_read_below_httpx_unless_it_is_compressed(
     gzip: bool, direct: bool, monkeypatch: pytest.MonkeyPatch

@@ -284,6 +284,8 @@ class _Chunks:
                 chunk = orjson.loads(data)  # once per event (docs/benchmarks.md, "Faster parts")
             except ValueError as exc:  # orjson.JSONDecodeError is one
                 raise LLMError("server", "the provider sent a malformed chunk") from exc
+            if type(chunk) is not dict:  # JSON, but no chunk (`data: 5`)
+                raise LLMError("server", "the provider sent a malformed chunk")
             if "error" in chunk:
                 err = chunk["error"]
                 message = err.get("message", "error") if isinstance(err, dict) else str(err)
@@ -373,7 +375,7 @@ async def stream_chat(
                 items: list[Item] = []
                 try:
                     done = chunks.take(data, items)
-                except LLMError:  # what came before the failure is the reply's
+                except Exception:  # what came before the failure is the reply's
                     if items:
                         yield items
                     raise
