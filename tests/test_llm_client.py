@@ -121,19 +121,12 @@ async def test_error_event_mid_stream_is_reported_after_the_text_before_it(toget
     assert items == ["Hi", " there"]  # the reply keeps what came before the failure
 
 
+@pytest.mark.parametrize("bad", [b"data: {not json\n\n", b"data: 5\n\n"], ids=["not-json", "no-chunk-object"])
 @pytest.mark.usefixtures("cleanup")
-async def test_a_malformed_chunk_fails_after_the_text_before_it() -> None:
+async def test_a_malformed_chunk_fails_after_the_text_before_it(bad: bytes) -> None:
     items: list[str | Usage] = []
     with pytest.raises(LLMError, match="malformed") as err:
-        await run([chunk({"content": "Hi"}), b"data: {not json\n\n"], items, together=True)
-    assert (err.value.kind, items) == ("server", ["Hi"])
-
-
-@pytest.mark.usefixtures("cleanup")
-async def test_json_that_is_no_chunk_fails_after_the_text_before_it() -> None:
-    items: list[str | Usage] = []
-    with pytest.raises(LLMError, match="malformed") as err:
-        await run([chunk({"content": "Hi"}), b"data: 5\n\n"], items, together=True)
+        await run([chunk({"content": "Hi"}), bad], items, together=True)
     assert (err.value.kind, items) == ("server", ["Hi"])
 
 
