@@ -12,7 +12,7 @@ from typing import Any
 import openai
 import pytest
 
-from collab.llm import Endpoint, Finish, LLMError, Thought, ToolCall, Usage, stream_chat
+from collab.llm import Endpoint, Finish, Item, LLMError, Thought, ToolCall, Usage, stream_chat
 from collab.llm.client import ChatMessage, aclose_clients
 from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
@@ -33,8 +33,6 @@ TOOLS: list[dict[str, Any]] = [
 ]
 SEED = 3
 REPLY_TOKENS = 30
-
-Item = str | Thought | ToolCall | Usage | Finish
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 
-from collab.llm import Endpoint, LLMError, Usage, stream_chat
+from collab.llm import Endpoint, Item, LLMError, stream_chat
 from collab.llm.client import _aiohttp_body, aclose_clients, client_for
 
 
@@ -72,8 +72,8 @@ async def cleanup() -> AsyncIterator[None]:
 
 
 async def run(
-    events: list[bytes], items: list[str | Usage] | None = None, *, together: bool = False, gzip: bool = False
-) -> list[str | Usage]:
+    events: list[bytes], items: list[Item] | None = None, *, together: bool = False, gzip: bool = False
+) -> list[Item]:
     """What stream_chat yields; `items` keeps what came before a failure."""
     items = [] if items is None else items
     server, url = await serve(events, together=together, gzip=gzip)
@@ -115,7 +115,7 @@ async def test_done_without_finish_reason_is_a_dropped_stream() -> None:
 @pytest.mark.usefixtures("cleanup")
 async def test_error_event_mid_stream_is_reported_after_the_text_before_it(together: bool) -> None:
     events = [chunk({"content": "Hi"}), chunk({"content": " there"}), b'data: {"error": {"message": "overloaded"}}\n\n']
-    items: list[str | Usage] = []
+    items: list[Item] = []
     with pytest.raises(LLMError, match="overloaded"):
         await run(events, items, together=together)
     assert items == ["Hi", " there"]  # the reply keeps what came before the failure
@@ -124,7 +124,7 @@ async def test_error_event_mid_stream_is_reported_after_the_text_before_it(toget
 @pytest.mark.parametrize("bad", [b"data: {not json\n\n", b"data: 5\n\n"], ids=["not-json", "no-chunk-object"])
 @pytest.mark.usefixtures("cleanup")
 async def test_a_malformed_chunk_fails_after_the_text_before_it(bad: bytes) -> None:
-    items: list[str | Usage] = []
+    items: list[Item] = []
     with pytest.raises(LLMError, match="malformed") as err:
         await run([chunk({"content": "Hi"}), bad], items, together=True)
     assert (err.value.kind, items) == ("server", ["Hi"])

@@ -18,10 +18,8 @@ from typing import Any
 
 import pytest
 
-from collab.llm import Endpoint, Finish, LLMError, Thought, ToolCall, Usage, stream_chat
+from collab.llm import Endpoint, Finish, Item, LLMError, Thought, ToolCall, Usage, stream_chat
 from collab.llm.client import aclose_clients
-
-Item = str | Thought | ToolCall | Usage | Finish
 
 
 @pytest.fixture(params=["aiohttp", "httpx"])

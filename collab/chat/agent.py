@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from collab.llm import Finish, Thought, ToolCall, Usage
+from collab.llm import Finish, Item, Thought, ToolCall, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.pool import SharedSlots, stream_reply
 
@@ -81,7 +81,9 @@ class AgentPlan:
 
 
 # (messages, tools, max_tokens, tool_choice) -> the stream's items, a list per read (llm.pool.stream_reply)
-ModelCall = Callable[[list[ChatMessage], list[dict[str, Any]] | None, int | None, str | None], AsyncIterator[list[Any]]]
+ModelCall = Callable[
+    [list[ChatMessage], list[dict[str, Any]] | None, int | None, str | None], AsyncIterator[list[Item]]
+]
 Push = Callable[[str], None]
 
 
