@@ -201,3 +201,77 @@ async def test_a_tick_waits_for_its_own_coalescers_only() -> None:
     assert _live_timers(loop) == 1  # `other` still waits
     clock.forget(other_key, other)
     assert _live_timers(loop) == 0
+
+
+# --- the reader's pace (Coalescer.pace): a read a window, just before the window's piece ---
+
+
+async def test_a_reader_paced_to_the_window_wakes_before_its_piece_is_handed_over() -> None:
+    """What the reader reads as it wakes goes in the piece of that very tick, not the next
+    one: a tick wakes its readers before its coalescers."""
+    pieces = Pieces()
+    coalescer = Coalescer(0.02, pieces.emit)
+    coalescer.push("a")
+    await pieces.next()  # at once; the coalescer now waits for its window's tick
+    coalescer.push("b")
+    await asyncio.sleep(0)
+    await coalescer.pace()
+    assert pieces.got == [(0, "a")]  # the window's piece is not handed over yet
+    coalescer.push("c")  # what the reader read as it woke
+    await pieces.next()
+    assert pieces.got == [(0, "a"), (1, "bc")]  # in that tick's piece
+    await coalescer.close()
+
+
+async def test_a_reader_paces_to_the_tick_its_coalescer_waits_for() -> None:
+    """Late in a window, the reader waits for that window's tick (not the next one, half a
+    window on): no token read later than its piece is handed over."""
+    window = 0.2
+    pieces = Pieces()
+    coalescer = Coalescer(window, pieces.emit)
+    coalescer.push("a")
+    await pieces.next()
+    await asyncio.sleep(0)
+    assert coalescer._hold is not None and coalescer._tick is not None
+    loop = asyncio.get_running_loop()
+    tick_at = (coalescer._tick[1] + coalescer._clock._phase) * window
+    await asyncio.sleep(max(tick_at - loop.time() - window / 5, 0))  # less than half a window before it
+    coalescer.push("b")
+    await coalescer.pace()
+    assert loop.time() < tick_at + window / 2  # woken at its coalescer's tick
+    assert pieces.got == [(0, "a")]
+    await coalescer.close()
+
+
+def test_a_reader_does_not_wait_without_a_window_or_after_close() -> None:
+    async def go() -> None:
+        for window, closed in ((0.0, False), (HOUR, True)):
+            pieces = Pieces()
+            coalescer = Coalescer(window, pieces.emit)
+            coalescer.push("a")
+            if closed:
+                await coalescer.close()
+            step = coalescer.pace().__await__()
+            with pytest.raises(StopIteration):  # returns without suspending
+                step.send(None)
+            await coalescer.close()
+
+    asyncio.run(go())
+
+
+async def test_a_cancelled_reader_leaves_no_timer() -> None:
+    pieces = Pieces()
+    coalescer = Coalescer(HOUR, pieces.emit)
+    coalescer.push("a")
+    await pieces.next()
+    await asyncio.sleep(0)  # the coalescer waits for its tick
+    loop = asyncio.get_running_loop()
+    reader = loop.create_task(coalescer.pace())
+    await asyncio.sleep(0)
+    assert not reader.done()
+    await coalescer.close()  # the coalescer no longer waits: the tick is the reader's alone
+    assert _live_timers(loop) == 1
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    assert _live_timers(loop) == 0

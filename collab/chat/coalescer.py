@@ -29,11 +29,12 @@ def _release(hold: asyncio.Future[None] | None) -> None:
 
 
 class _Tick:
-    __slots__ = ("handle", "waiters")
+    __slots__ = ("handle", "readers", "waiters")
 
     def __init__(self, handle: asyncio.TimerHandle) -> None:
         self.handle = handle
-        self.waiters: list[asyncio.Future[None]] = []
+        self.readers: list[asyncio.Future[None]] = []  # woken first: the model streams' readers
+        self.waiters: list[asyncio.Future[None]] = []  # then the coalescers, which hand over pieces
 
 
 class WindowClock:
@@ -54,14 +55,24 @@ class WindowClock:
         self._phase = random.random()  # of a window
         self._ticks: dict[tuple[float, int], _Tick] = {}
 
-    def wait(self, window_s: float) -> tuple[asyncio.Future[None], tuple[float, int]]:
+    def wait(
+        self, window_s: float, key: tuple[float, int] | None = None, reader: bool = False
+    ) -> tuple[asyncio.Future[None], tuple[float, int]]:
+        """The future of the next tick at least half a window away (of tick `key`, if one
+        is given and has not fired: else it resolves at once). A `reader`'s resolves
+        before every coalescer's of its tick: what it reads then goes in that tick's pieces."""
         loop = asyncio.get_running_loop()
-        key = (window_s, math.ceil((loop.time() + window_s / 2) / window_s - self._phase))
-        tick = self._ticks.get(key)
-        if tick is None:
-            tick = self._ticks[key] = _Tick(loop.call_at((key[1] + self._phase) * window_s, self._fire, key))
         hold: asyncio.Future[None] = loop.create_future()
-        tick.waiters.append(hold)
+        tick = self._ticks.get(key) if key is not None else None
+        if key is None:
+            key = (window_s, math.ceil((loop.time() + window_s / 2) / window_s - self._phase))
+            tick = self._ticks.get(key)
+            if tick is None:
+                tick = self._ticks[key] = _Tick(loop.call_at((key[1] + self._phase) * window_s, self._fire, key))
+        if tick is None:  # fired already
+            hold.set_result(None)
+        else:
+            (tick.readers if reader else tick.waiters).append(hold)
         return hold, key
 
     def forget(self, key: tuple[float, int], hold: asyncio.Future[None]) -> None:
@@ -70,14 +81,18 @@ class WindowClock:
         tick = self._ticks.get(key)
         if tick is None:
             return
+        tick.readers = [w for w in tick.readers if w is not hold]
         tick.waiters = [w for w in tick.waiters if w is not hold]
-        if not tick.waiters:
+        if not tick.waiters and not tick.readers:
             tick.handle.cancel()
             del self._ticks[key]
 
     def _fire(self, key: tuple[float, int]) -> None:
         tick = self._ticks.pop(key, None)
         if tick is not None:
+            for hold in tick.readers:  # first: their tasks run, and push, before the coalescers'
+                if not hold.done():
+                    hold.set_result(None)
             for hold in tick.waiters:
                 if not hold.done():
                     hold.set_result(None)
@@ -115,12 +130,33 @@ class Coalescer:
         self._wake = asyncio.Event()
         self._closing = False
         self._hold: asyncio.Future[None] | None = None  # the window's wait, while one runs
+        self._tick: tuple[float, int] | None = None  # the tick it waits for
         self._clock = window_clock()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def push(self, text: str) -> None:
         self._pending.append(text)
         self._wake.set()
+
+    async def pace(self) -> None:
+        """For the reader that pushes here: wait until this coalescer's next piece is due,
+        and return just before it is handed over (WindowClock: a tick's readers are woken
+        before its coalescers). A steady stream is then read once a window, all that came
+        meanwhile in one read, instead of once a socket read, and no token waits longer
+        than it would have (docs/benchmarks.md, "Issue 9, a window's read"). Returns at
+        once when there is no window (0: a piece per token) or the pieces stopped."""
+        if self.window_s <= 0 or self._closing or self.failed is not None or self._task.done():
+            return
+        hold = self._hold
+        # Its current window's tick while it holds; else the next one (which its next
+        # piece, handed over now, will wait for too, or a later one).
+        key = self._tick if hold is not None and not hold.done() else None
+        clock = self._clock
+        wait, key = clock.wait(self.window_s, key, reader=True)
+        try:
+            await wait
+        finally:
+            clock.forget(key, wait)
 
     async def close(self) -> None:
         """Flush what is pending now (no window wait) and stop."""
@@ -159,6 +195,7 @@ class Coalescer:
             # exception per window (docs/benchmarks.md).
             clock = self._clock
             self._hold, tick = clock.wait(self.window_s)
+            self._tick = tick
             try:
                 await self._hold
             finally:

@@ -8,7 +8,9 @@ it hands pieces, states and the outcome to a `Sink` that its caller supplies.
 
 The reader never waits for the sink: tokens are appended in memory and a separate
 flusher hands over a piece per window, on ticks shared by every reply of the process
-(the first piece at once; coalescer.py).
+(the first piece at once; coalescer.py). Once a piece waits for its window, the reader
+reads again only when that window ends, just before the piece is handed over: a steady
+stream is read once a window, whatever its socket reads (Coalescer.pace).
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
             ) as stream,
         ):
             async for items in stream:  # what one read of the model's stream held
+                pushed: Coalescer | None = None
                 for item in items:
                     if isinstance(item, str):  # the answer: the hot path
                         if first_at is None:
@@ -203,6 +206,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                         chunks += 1
                         live.parts.append(item)
                         coalescer.push(item)
+                        pushed = coalescer
                     elif isinstance(item, Thought):
                         if first_at is None:
                             first_at = loop.time()
@@ -212,10 +216,15 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                         chunks += 1
                         live.thoughts.append(item.text)
                         thinker.push(item.text)
+                        pushed = thinker
                     elif isinstance(item, Usage):
                         usage = item
                     elif isinstance(item, Finish):
                         finish_reason = item.reason
+                if pushed is not None:
+                    # Read again when its next piece is due, all that came meanwhile at
+                    # once: a read a window, not one a socket read (coalescer.py).
+                    await pushed.pace()
     except LLMError as exc:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)

@@ -1,0 +1,80 @@
+"""The streaming engine reads a steady stream once a window (generation.run_reply with
+Coalescer.pace): whatever the model's socket reads, the reader wakes on the window's
+ticks and takes all that came meanwhile. Against the simulated model writing every token
+on its own, through the real openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncGenerator, Iterator
+from typing import Any
+
+import pytest
+
+from collab.chat import generation
+from collab.chat.generation import Outcome, ReplyJob, registry
+from collab.llm import Item
+from collab.llm.pool import ProviderConfig
+from collab.simulator.testing import running_simulator_app
+
+TOKENS = 600
+TPS = 3000.0  # 0.2 s of tokens, each written when due (tick 0): hundreds of socket reads
+WINDOW_MS = 30.0
+
+
+@pytest.fixture(scope="module")
+def steady_sim() -> Iterator[str]:
+    with running_simulator_app(tps=TPS, ttft_ms=5, reply_tokens=TOKENS, tick_ms=0, seed=3) as (url, _app):
+        yield url
+
+
+class Kept:
+    def __init__(self) -> None:
+        self.pieces: list[tuple[int, str]] = []
+        self.outcomes: list[Outcome] = []
+
+    async def piece(self, offset: int, text: str) -> None:
+        self.pieces.append((offset, text))
+
+    async def thought(self, offset: int, text: str) -> None: ...
+
+    async def state(self, text: str) -> None: ...
+
+    async def finish(self, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+
+
+@pytest.mark.parametrize("window_ms", [WINDOW_MS, 0.0])
+async def test_a_steady_stream_is_read_once_a_window(
+    steady_sim: str, settings: Any, monkeypatch: pytest.MonkeyPatch, window_ms: float
+) -> None:
+    settings.COLLAB = {**settings.COLLAB, "COALESCE_MS": window_ms}
+    loop = asyncio.get_running_loop()
+    reads: list[tuple[float, int]] = []  # when the engine took each read's items, and how many
+    real = generation.stream_reply
+
+    async def counted(*args: Any, **kwargs: Any) -> AsyncGenerator[list[Item], None]:
+        async for items in real(*args, **kwargs):  # the real stream, observed
+            reads.append((loop.time(), len(items)))
+            yield items
+
+    monkeypatch.setattr(generation, "stream_reply", counted)
+    config = ProviderConfig(name=f"p-{uuid.uuid4().hex}", base_urls=(steady_sim,), read_timeout_s=5)
+    job = ReplyJob(10**9 + 7, 10**9, config, "sim", [{"role": "user", "content": "go"}], None, None)
+    kept = Kept()
+    live = registry.start(job, kept)
+    assert live.task is not None
+    async with asyncio.timeout(20):
+        await live.task
+    [outcome] = kept.outcomes
+    assert outcome.status == "done" and outcome.tokens == TOKENS
+    assert "".join(text for _, text in kept.pieces) == outcome.text  # every token, in order
+    streaming_s = reads[-1][0] - reads[0][0]
+    if window_ms:
+        # After the first read, one a tick: at most the ticks the stream lasted, and the end.
+        assert len(reads) <= streaming_s / (window_ms / 1000) + 3
+        assert len(kept.pieces) <= streaming_s / (window_ms / 1000) + 3
+    else:  # no window (the naive baseline): read as it comes, a piece a token
+        assert len(kept.pieces) == TOKENS
+        assert len(reads) > streaming_s / (WINDOW_MS / 1000) + 3
