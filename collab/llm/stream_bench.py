@@ -2,6 +2,7 @@
 
     python -m collab.llm.stream_bench --streams 8 --tps 750 --seconds 10 --backend aiohttp
     python -m collab.llm.stream_bench --streams 8 --backend httpx --loop asyncio
+    python -m collab.llm.stream_bench --streams 24 --window-ms 30
 
 Starts the simulator in a subprocess (as the load test does: 5 ms write tick), runs
 `--streams` concurrent replies through `collab.llm.stream_chat` in this process for
@@ -9,7 +10,11 @@ Starts the simulator in a subprocess (as the load test does: 5 ms write tick), r
 divided by the text pieces read (one per token from the simulator): the reader's own
 cost per token, with no server around it. `--backend` picks the HTTP transport under
 the SDK (collab/llm/client.py), `--loop` the event loop (Daphne runs on uvloop:
-collab/web.py). docs/benchmarks.md, "The model stream below the SDK", has the figures.
+collab/web.py). `--window-ms` reads as the streaming engine does, once a window (each
+stream's pieces go to a coalescer of that window whose reader waits for its tick,
+`Coalescer.pace`; `--no-pace` pushes to the coalescer as the engine did before, at every
+socket read); 0: no coalescer. docs/benchmarks.md, "The model stream below
+the SDK" and "Issue 9, a window's read", has the figures.
 """
 
 from __future__ import annotations
@@ -19,11 +24,18 @@ import asyncio
 import os
 import time
 
+from collab.chat.coalescer import Coalescer
 from collab.llm.client import HTTP_BACKENDS, Endpoint, LLMError, aclose_clients, stream_chat
 from collab.simulator.bench import simulator_process
 
 
-async def _read(port: int, streams: int, seconds: float) -> tuple[int, float, float, int]:
+async def _drop(offset: int, text: str) -> None:
+    """The bench's pieces go nowhere: only the reading is measured."""
+
+
+async def _read(
+    port: int, streams: int, seconds: float, window_s: float = 0.0, pace: bool = True
+) -> tuple[int, float, float, int]:
     endpoint = Endpoint(f"http://127.0.0.1:{port}/v1", max_retries=0)
     pieces = errors = 0
     stop_at = 0.0
@@ -33,13 +45,21 @@ async def _read(port: int, streams: int, seconds: float) -> tuple[int, float, fl
         n = 0
         while time.monotonic() < stop_at:
             n += 1
+            coalescer = Coalescer(window_s, _drop) if window_s > 0 else None
             try:
                 async for items in stream_chat(endpoint, "sim", [{"role": "user", "content": f"bench {i} {n}"}]):
                     for item in items:
                         if isinstance(item, str):
                             pieces += 1
+                            if coalescer is not None:
+                                coalescer.push(item)
+                    if coalescer is not None and pace:
+                        await coalescer.pace()
             except LLMError:
                 errors += 1
+            finally:
+                if coalescer is not None:
+                    await coalescer.close()
 
     # One warm-up reply per stream (connections open, code paths warm), then the clock.
     stop_at = time.monotonic() + 0.5
@@ -62,6 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tick-ms", type=float, default=5.0)
     parser.add_argument("--backend", choices=HTTP_BACKENDS, default="aiohttp")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument("--window-ms", type=float, default=0.0, help="read once a window, as the engine does")
+    parser.add_argument("--no-pace", action="store_true", help="with --window-ms: read every socket read")
     args = parser.parse_args(argv)
     os.environ["COLLAB_LLM_HTTP"] = args.backend
     if args.loop == "uvloop":
@@ -69,10 +91,12 @@ def main(argv: list[str] | None = None) -> None:
 
         use_uvloop()
     with simulator_process(args.tps, args.reply_tokens, tick_ms=args.tick_ms) as (port, _pid):
-        pieces, cpu, wall, errors = asyncio.run(_read(port, args.streams, args.seconds))
+        pace = not args.no_pace
+        pieces, cpu, wall, errors = asyncio.run(_read(port, args.streams, args.seconds, args.window_ms / 1000, pace))
     per_token = cpu / pieces * 1e6 if pieces else float("nan")
     print(
-        f"backend={args.backend} loop={args.loop} streams={args.streams} tps={args.tps:g}: "
+        f"backend={args.backend} loop={args.loop} streams={args.streams} tps={args.tps:g} "
+        f"window={args.window_ms:g}ms{' unpaced' if args.no_pace and args.window_ms else ''}: "
         f"{pieces} tokens in {wall:.1f} s ({pieces / wall:,.0f}/s), CPU {cpu / wall:.0%} of a core, "
         f"{per_token:.1f} µs per token, {errors} errors"
     )

@@ -15,11 +15,12 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from collab.chat import early, metrics
 from collab.chat.actions import agents, budgets, each, replies, rooms
+from collab.chat.actions.prepared import Prepared
 from collab.chat.context import row_of
 from collab.chat.errors import ClientError
 from collab.chat.markup import render_user_markdown
@@ -71,6 +72,20 @@ def mentions(text: str) -> list[str]:
     return list(seen)
 
 
+# The post path's reads, their SQL compiled once (actions/prepared.py): the member with
+# the user and the room, and the room's assistants with their providers.
+def _member(room_id: int, user_id: int) -> QuerySet[Membership]:
+    return Membership.objects.select_related("user", "room").filter(room_id=room_id, user_id=user_id)[:1]
+
+
+def _room_assistants(room_id: int) -> QuerySet[Assistant]:
+    return Assistant.objects.filter(rooms__id=room_id).select_related("provider").order_by("handle")
+
+
+_MEMBER = Prepared(_member, 2)
+_ASSISTANTS = Prepared(_room_assistants, 1)
+
+
 def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str], list[Assistant] | None]:
     """The assistants a post invokes, the @names that are no assistant's nor member's, and
     the room's assistants (None: not read, the post names nobody and the room does not
@@ -78,7 +93,7 @@ def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str], list[As
     names = mentions(text)
     if not names and not room.reply_to_all:  # most posts: no assistant to read
         return [], [], None
-    assistants = list(room.assistants.select_related("provider").order_by("handle"))
+    assistants = _ASSISTANTS.rows(room.id)
     invoked, unknown = pick(assistants, names, room.reply_to_all)
     if unknown:  # a member's name is just text
         named = Q()
@@ -116,7 +131,7 @@ def store_post(
     try:
         with transaction.atomic():
             # The member, the user and the room in one query (a slice: no ORDER BY to build).
-            found = list(Membership.objects.select_related("user", "room").filter(room_id=room_id, user_id=user_id)[:1])
+            found = _MEMBER.rows(room_id, user_id)
             if not found:
                 raise ClientError("room.forbidden", "You are not a member of this room.")
             membership = found[0]

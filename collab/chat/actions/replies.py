@@ -23,6 +23,7 @@ from django.utils import timezone
 from collab.chat import broadcast, rendering, shared
 from collab.chat.actions import agents, budgets, votes
 from collab.chat.actions.lenses import personal_lenses
+from collab.chat.actions.prepared import Prepared
 from collab.chat.actions.providers import deployment_slots, prices, provider_config
 from collab.chat.actions.rooms import allocate_seqs, check_open, take_post_token
 from collab.chat.actions.sink import RoomSink, _send_final
@@ -44,9 +45,19 @@ def read_history(room: Room, answered: Message) -> list[HistoryRow]:
     """The room's messages up to `answered`, oldest first: only what the context needs, and
     no more messages than a budget could hold. Shared messages only: nobody's personal
     replies (docs/architecture.md, "personal replies")."""
-    recent = Message.objects.filter(room=room, seq__lte=answered.seq).shared().order_by("-seq")
-    rows = recent.values_list(*HISTORY_COLUMNS)[:HISTORY_MESSAGES]  # tuples, not model instances
-    return [HistoryRow._make(row) for row in list(rows)[::-1]]
+    return [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq)[::-1]]
+
+
+# Its SQL compiled once (actions/prepared.py): it runs on every post that asks.
+_HISTORY = Prepared(
+    lambda room_id, seq: (
+        Message.objects.filter(room_id=room_id, seq__lte=seq)
+        .shared()
+        .order_by("-seq")
+        .values_list(*HISTORY_COLUMNS)[:HISTORY_MESSAGES]
+    ),  # tuples, not model instances
+    2,
+)
 
 
 def reply_jobs(

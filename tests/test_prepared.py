@@ -1,0 +1,95 @@
+"""The post path's reads compiled once (actions/prepared.py) give what their querysets give:
+the same rows, the same converted values, the same related instances, in one statement
+each. Run on SQLite and on PostgreSQL (CI runs the suite on both)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import models
+from django.db.models import QuerySet
+
+from collab.chat.actions.posting import _ASSISTANTS, _MEMBER, _member, _room_assistants
+from collab.chat.actions.prepared import Prepared
+from collab.chat.actions.replies import _HISTORY, read_history
+from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES
+from collab.chat.models import Membership, Message, Room
+from tests.conftest import World, make_assistant
+
+pytestmark = pytest.mark.django_db
+
+
+def fields(obj: models.Model) -> dict[str, Any]:
+    return {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
+
+
+def test_the_member_read_gives_the_member_user_and_room_as_the_queryset_does(
+    world: World, django_assert_num_queries: Any
+) -> None:
+    Room.objects.filter(pk=world.room.pk).update(reply_to_all=True, budget_cost="2.50")  # a bool, a decimal
+    expected = list(_member(world.room.id, world.bob.id))
+    with django_assert_num_queries(1):
+        [got] = _MEMBER.rows(world.room.id, world.bob.id)
+        # the select_related instances came with it: no query more
+        user, room = got.user, got.room
+    assert fields(got) == fields(expected[0])
+    assert fields(user) == fields(expected[0].user) and user.username == "bob"
+    assert fields(room) == fields(expected[0].room)
+    # converted as the ORM converts: not SQLite's 1, float or text
+    assert room.reply_to_all is True and room.budget_cost == Decimal("2.50")
+    assert isinstance(room.created_at, datetime) and isinstance(got.joined_at, datetime)
+    assert _MEMBER.rows(world.room.id, world.carol.id) == []  # another user's: none
+
+
+def test_the_assistants_read_gives_the_room_s_assistants_in_handle_order(
+    world: World, django_assert_num_queries: Any
+) -> None:
+    other = Room.objects.create(name="Other", slug="other", owner=world.alice)
+    other.assistants.add(make_assistant(world.provider, "zed"))
+    world.room.assistants.add(make_assistant(world.provider, "aa", temperature=0.25))
+    expected = list(_room_assistants(world.room.id))
+    with django_assert_num_queries(1):
+        got = _ASSISTANTS.rows(world.room.id)
+        providers = [a.provider for a in got]
+    assert [a.handle for a in got] == ["a", "aa", "b"]  # its own, not the other room's
+    assert [fields(a) for a in got] == [fields(a) for a in expected]
+    assert [fields(p) for p in providers] == [fields(a.provider) for a in expected]
+
+
+def test_the_history_read_gives_the_rows_values_list_gives(world: World) -> None:
+    room = world.room
+    for seq in range(1, HISTORY_MESSAGES + 6):
+        Message.objects.create(
+            room=room, seq=seq, role=Message.Role.USER, author=world.alice, author_name="alice", text=f"m{seq}"
+        )
+    Message.objects.filter(room=room, seq=3).update(merge_of=[1, 2])  # a JSON list
+    Message.objects.create(  # a personal reply: no one else's history
+        room=room, seq=1000, role=Message.Role.ASSISTANT, recipient=world.bob, author_name="A", text="mine"
+    )
+    answered = Message.objects.create(
+        room=room, seq=1001, role=Message.Role.USER, author=world.bob, author_name="bob", text="?"
+    )
+    queryset: QuerySet[Message, Any] = (
+        Message.objects.filter(room=room, seq__lte=answered.seq)
+        .shared()
+        .order_by("-seq")
+        .values_list(*HISTORY_COLUMNS)[:HISTORY_MESSAGES]
+    )
+    expected = [tuple(row) for row in queryset]
+    got = _HISTORY.values(room.id, answered.seq)
+    assert got == expected and len(got) == HISTORY_MESSAGES
+    rows = read_history(room, answered)
+    assert rows[-1].text == "?" and "mine" not in [r.text for r in rows]
+    early = read_history(room, Message.objects.get(room=room, seq=3))
+    assert [r.seq for r in early] == [1, 2, 3] and early[-1].merge_of == [1, 2]
+
+
+def test_a_query_whose_parameters_are_not_its_arguments_is_refused(world: World) -> None:
+    twice = Prepared(lambda room_id: Membership.objects.filter(room_id=room_id, user_id=room_id), 1)
+    with pytest.raises(ValueError, match="once"):
+        twice.rows(world.room.id)
+    with pytest.raises(TypeError):
+        _MEMBER.rows(world.room.id)
