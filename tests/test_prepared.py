@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from django.db import models
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from collab.chat.actions.posting import _ASSISTANTS, _MEMBER, _member, _room_assistants
 from collab.chat.actions.prepared import Prepared
 from collab.chat.actions.replies import _HISTORY, read_history
+from collab.chat.actions.sink import _CHANGED, _MEANWHILE
 from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES
 from collab.chat.models import Membership, Message, Room
 from tests.conftest import World, make_assistant
@@ -93,3 +95,20 @@ def test_a_query_whose_parameters_are_not_its_arguments_is_refused(world: World)
         twice.rows(world.room.id)
     with pytest.raises(TypeError):
         _MEMBER.rows(world.room.id)
+
+
+def test_the_read_of_what_changed_while_a_reply_streamed_gives_the_queryset_s_row(world: World) -> None:
+    room = world.room
+    question = Message.objects.create(
+        room=room, seq=1, role=Message.Role.USER, author=world.alice, author_name="alice", text="q"
+    )
+    reply = Message.objects.create(
+        room=room, seq=2, role=Message.Role.ASSISTANT, author_name="A", reply_to=question, text="", votes_up=1
+    )
+    Message.objects.filter(pk=reply.pk).update(votes_by=[world.bob.id], verdict="approved")
+    Message.objects.filter(pk=question.pk).update(edited_at=timezone.now())
+    queryset = Message.objects.filter(pk=reply.pk).values_list(*_MEANWHILE, "reply_to__edited_at")[:1]
+    [got] = _CHANGED.values(reply.pk)
+    assert got == tuple(next(iter(queryset)))
+    assert got[_MEANWHILE.index("votes_by")] == [world.bob.id] and isinstance(got[-1], datetime)
+    assert _CHANGED.values(reply.pk + 1000) == []

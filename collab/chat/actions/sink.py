@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from collab.chat import broadcast, early, rendering, shared
 from collab.chat.actions import budgets
+from collab.chat.actions.prepared import Prepared
 from collab.chat.actions.providers import reply_cost
 from collab.chat.events import RoomFrame
 from collab.chat.generation import Outcome, ReplyJob
@@ -252,6 +253,10 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Mess
 # cast meanwhile, a tombstone, a personal reply shared with the room, its question deleted
 # by staff (the admin's delete: reply_to is SET_NULL).
 _MEANWHILE = ("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id", "reply_to_id")
+# That read, with the question's edit, its SQL compiled once (actions/prepared.py): every reply's end.
+_CHANGED = Prepared(
+    lambda reply_id: Message.objects.filter(pk=reply_id).values_list(*_MEANWHILE, "reply_to__edited_at")[:1], 1
+)
 
 
 def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | None) -> Message | None:
@@ -261,7 +266,7 @@ def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | 
     where the row read again with its three relations takes 1.4 (docs/benchmarks.md). Read
     whole when there is no placeholder, or it was deleted, shared or orphaned meanwhile."""
     if placeholder is not None:
-        found = list(Message.objects.filter(pk=reply_id).values_list(*_MEANWHILE, "reply_to__edited_at")[:1])
+        found = _CHANGED.values(reply_id)
         if not found:
             return None  # deleted just now
         *meanwhile, question_edited = found[0]
