@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from collab.chat import generation
+from collab.chat.coalescer import Coalescer
 from collab.chat.generation import Outcome, ReplyJob, registry
 from collab.llm import Item
 from collab.llm.pool import ProviderConfig
@@ -52,14 +53,21 @@ async def test_a_steady_stream_is_read_once_a_window(
     settings.COLLAB = {**settings.COLLAB, "COALESCE_MS": window_ms}
     loop = asyncio.get_running_loop()
     reads: list[tuple[float, int]] = []  # when the engine took each read's items, and how many
-    real = generation.stream_reply
+    steps: list[str] = []  # "read" and "pace", in order
+    real, real_pace = generation.stream_reply, Coalescer.pace
 
     async def counted(*args: Any, **kwargs: Any) -> AsyncGenerator[list[Item], None]:
         async for items in real(*args, **kwargs):  # the real stream, observed
             reads.append((loop.time(), len(items)))
+            steps.append("read")
             yield items
 
+    async def pace(self: Coalescer) -> None:
+        steps.append("pace")
+        await real_pace(self)
+
     monkeypatch.setattr(generation, "stream_reply", counted)
+    monkeypatch.setattr(Coalescer, "pace", pace)
     config = ProviderConfig(name=f"p-{uuid.uuid4().hex}", base_urls=(steady_sim,), read_timeout_s=5)
     job = ReplyJob(10**9 + 7, 10**9, config, "sim", [{"role": "user", "content": "go"}], None, None)
     kept = Kept()
@@ -71,10 +79,13 @@ async def test_a_steady_stream_is_read_once_a_window(
     assert outcome.status == "done" and outcome.tokens == TOKENS
     assert "".join(text for _, text in kept.pieces) == outcome.text  # every token, in order
     streaming_s = reads[-1][0] - reads[0][0]
+    # The stream's end is not waited for: no wait after the read that held its finish.
+    assert steps[-1] == "read"
     if window_ms:
         # After the first read, one a tick: at most the ticks the stream lasted, and the end.
         assert len(reads) <= streaming_s / (window_ms / 1000) + 3
         assert len(kept.pieces) <= streaming_s / (window_ms / 1000) + 3
+        assert steps.count("pace") >= len(reads) - 2  # between the reads (not always after the first)
     else:  # no window (the naive baseline): read as it comes, a piece a token
         assert len(kept.pieces) == TOKENS
         assert len(reads) > streaming_s / (WINDOW_MS / 1000) + 3

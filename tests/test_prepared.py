@@ -4,12 +4,15 @@ each. Run on SQLite and on PostgreSQL (CI runs the suite on both)."""
 
 from __future__ import annotations
 
+import gc
+import threading
+import weakref
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import models
+from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -112,3 +115,26 @@ def test_the_read_of_what_changed_while_a_reply_streamed_gives_the_queryset_s_ro
     assert got == tuple(next(iter(queryset)))
     assert got[_MEANWHILE.index("votes_by")] == [world.bob.id] and isinstance(got[-1], datetime)
     assert _CHANGED.values(reply.pk + 1000) == []
+
+
+def test_each_thread_compiles_on_its_own_connection_and_lets_it_go_with_the_thread(world: World) -> None:
+    """Django's connections are per thread: so is a compiled read, which holds one (a
+    thread that ended leaves no connection behind in the cache)."""
+    here = _MEMBER.rows(world.room.id, world.bob.id)
+    got: list[Any] = []
+
+    def elsewhere() -> None:
+        try:
+            got.append(_MEMBER.rows(str(world.room.id), world.bob.id))  # type: ignore[arg-type]  # as the ORM: int()
+            got.append(weakref.ref(connections[DEFAULT_DB_ALIAS]))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    rows, connection = got
+    assert [fields(m) for m in rows] == [fields(m) for m in here]
+    del thread
+    gc.collect()
+    assert connection() is None  # the thread's connection went with it

@@ -8,9 +8,10 @@ it hands pieces, states and the outcome to a `Sink` that its caller supplies.
 
 The reader never waits for the sink: tokens are appended in memory and a separate
 flusher hands over a piece per window, on ticks shared by every reply of the process
-(the first piece at once; coalescer.py). Once a piece waits for its window, the reader
-reads again only when that window ends, just before the piece is handed over: a steady
-stream is read once a window, whatever its socket reads (Coalescer.pace).
+(the first piece at once; coalescer.py). After a read that held text, the reader reads
+again only when the next piece is due, just before it is handed over: a steady stream is
+read once a window, whatever its socket reads (Coalescer.pace, awaited by the stream
+between reads; not once the stream has ended).
 """
 
 from __future__ import annotations
@@ -147,6 +148,13 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     # An agent's run is several requests and tool rounds: a few requests' time (agent.py).
     limit_s = job.provider.total_timeout_s * (min(job.agent.steps, 4) if job.agent is not None else 1)
     thinker: Coalescer | None = None  # the thinking's, made at its first piece (most models have none)
+    paced: Coalescer | None = None  # whose next piece the reader waits for before reading again
+
+    async def pace() -> None:
+        # Read again when that piece is due, all that came meanwhile at once: a read a
+        # window, not one a socket read (Coalescer.pace). The stream skips it at its end.
+        if paced is not None:
+            await paced.pace()
 
     async def on_queued(ahead: int) -> None:
         nonlocal queued
@@ -193,11 +201,12 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                     on_started=on_started,
                     slots=slots,
                     early=job.early,
+                    pace=pace,
                 )
             ) as stream,
         ):
             async for items in stream:  # what one read of the model's stream held
-                pushed: Coalescer | None = None
+                answered = thought = False
                 for item in items:
                     if isinstance(item, str):  # the answer: the hot path
                         if first_at is None:
@@ -206,7 +215,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                         chunks += 1
                         live.parts.append(item)
                         coalescer.push(item)
-                        pushed = coalescer
+                        answered = True
                     elif isinstance(item, Thought):
                         if first_at is None:
                             first_at = loop.time()
@@ -216,15 +225,13 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                         chunks += 1
                         live.thoughts.append(item.text)
                         thinker.push(item.text)
-                        pushed = thinker
+                        thought = True
                     elif isinstance(item, Usage):
                         usage = item
                     elif isinstance(item, Finish):
                         finish_reason = item.reason
-                if pushed is not None:
-                    # Read again when its next piece is due, all that came meanwhile at
-                    # once: a read a window, not one a socket read (coalescer.py).
-                    await pushed.pace()
+                # The answer's piece first: a read that held both waits for the answer's tick.
+                paced = coalescer if answered else thinker if thought else None
     except LLMError as exc:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import os
 import weakref
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -337,6 +337,7 @@ async def stream_chat(
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     early: EarlyRequest | None = None,
+    pace: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[list[Item], None]:
     """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then
     the `ToolCall`s it asks for (when `tools` were offered; once the finish_reason came),
@@ -350,6 +351,10 @@ async def stream_chat(
 
     `early`: this request, if it was already sent (llm/early.py) to this endpoint with
     this very body; it is taken instead of a new one, else cancelled.
+
+    `pace`: awaited after each list, before the stream is read again, unless the stream
+    has ended (its finish_reason or [DONE] came): the engine reads once a window so
+    (Coalescer.pace), and the end of a reply never waits for it.
 
     Raises LLMError for every failure, before or after the first piece. The caller
     applies the total timeout (it owns the clock that also covers its own work).
@@ -383,6 +388,8 @@ async def stream_chat(
                     yield items
                 if done:
                     break
+                if pace is not None and items and not chunks.finished:
+                    await pace()
         finally:
             await events.aclose()
             await response.aclose()

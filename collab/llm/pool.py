@@ -160,8 +160,10 @@ async def stream_reply(
     on_started: Callable[[str], Awaitable[None]] | None = None,
     slots: SharedSlots | None = None,
     early: EarlyRequest | None = None,
+    pace: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncGenerator[list[Item], None]:
-    """Like `stream_chat` (a list of items per read), through the provider's queues and endpoint pool.
+    """Like `stream_chat` (a list of items per read, `pace` awaited between reads), through
+    the provider's queues and endpoint pool.
 
     `on_queued(position)` is awaited if the request must wait for a slot,
     `on_started(base_url)` when a request is sent to an endpoint. `early`: the request,
@@ -200,6 +202,7 @@ async def stream_reply(
                     tools=tools,
                     tool_choice=tool_choice,
                     early=early,
+                    pace=pace,
                 )
                 early = None  # the first endpoint's to take or cancel; another sends its own
                 async with aclosing(stream):

@@ -47,14 +47,14 @@ async def _read(
             n += 1
             coalescer = Coalescer(window_s, _drop) if window_s > 0 else None
             try:
-                async for items in stream_chat(endpoint, "sim", [{"role": "user", "content": f"bench {i} {n}"}]):
+                messages = [{"role": "user", "content": f"bench {i} {n}"}]
+                paced = coalescer.pace if coalescer is not None and pace else None
+                async for items in stream_chat(endpoint, "sim", messages, pace=paced):
                     for item in items:
                         if isinstance(item, str):
                             pieces += 1
                             if coalescer is not None:
                                 coalescer.push(item)
-                    if coalescer is not None and pace:
-                        await coalescer.pace()
             except LLMError:
                 errors += 1
             finally:

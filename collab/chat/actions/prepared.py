@@ -15,7 +15,6 @@ Only for the reads that run on every post; anything else reads through the ORM.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -45,37 +44,38 @@ class _Compiled:
 
 class Prepared(Generic[T]):
     """`make(*args)` -> the queryset; `Prepared(make).rows(*args)` its model instances, or
-    `.values(*args)` its values_list rows, from SQL compiled once per connection. The
+    `.values(*args)` its values_list rows, from SQL compiled once per thread. The
     arguments are integers (ids, seqs), as the stand-ins are."""
 
     def __init__(self, make: Callable[..., QuerySet[Any, T]], arity: int) -> None:
         assert arity <= len(_STANDINS)
         self._make = make
         self._arity = arity
-        self._lock = threading.Lock()
-        # Per connection (a thread's own): its compiler holds it.
-        self._compiled: weakref.WeakKeyDictionary[Any, _Compiled] = weakref.WeakKeyDictionary()
+        # Per thread, as Django's connections are: a compiler holds its thread's connection,
+        # and both go with the thread.
+        self._local = threading.local()
 
     def _compile(self) -> tuple[Any, _Compiled]:
         connection = connections[DEFAULT_DB_ALIAS]
-        compiled = self._compiled.get(connection)
-        if compiled is None:
+        compiled: _Compiled | None = getattr(self._local, "compiled", None)
+        if compiled is None or compiled.compiler.connection is not connection:
             standins = _STANDINS[: self._arity]
             compiler = self._make(*standins).query.get_compiler(using=DEFAULT_DB_ALIAS)
             sql, params = compiler.as_sql()  # also fills compiler.select and klass_info
             places = [standins.index(p) if p in standins else None for p in params]
             if sorted(p for p in places if p is not None) != list(range(self._arity)):
                 raise ValueError(f"each argument must be a parameter of the query once: {params!r}")
-            compiled = _Compiled(compiler, sql, places, tuple(params))
-            with self._lock:
-                self._compiled[connection] = compiled
+            compiled = self._local.compiled = _Compiled(compiler, sql, places, tuple(params))
         return connection, compiled
 
     def _fetch(self, args: tuple[int, ...]) -> tuple[_Compiled, list[Any]]:
         if len(args) != self._arity:
             raise TypeError(f"{self._arity} arguments, not {len(args)}")
         connection, compiled = self._compile()
-        params = [args[i] if i is not None else fixed for i, fixed in zip(compiled.places, compiled.fixed, strict=True)]
+        values = [int(a) for a in args]  # as the ORM would take them (an id as a string, say)
+        params = [
+            values[i] if i is not None else fixed for i, fixed in zip(compiled.places, compiled.fixed, strict=True)
+        ]
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             rows = cursor.fetchall()
