@@ -19,6 +19,10 @@ from collab.llm import Item
 from collab.llm.pool import ProviderConfig
 from collab.simulator.testing import running_simulator_app
 
+# Replies stored and the model's clients closed at the end (an unclosed aiohttp session
+# is reported at the interpreter's exit).
+pytestmark = pytest.mark.usefixtures("replies_idle", "memory_layer")
+
 TOKENS = 600
 TPS = 3000.0  # 0.2 s of tokens, each written when due (tick 0): hundreds of socket reads
 WINDOW_MS = 30.0
