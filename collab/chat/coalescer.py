@@ -63,13 +63,14 @@ class WindowClock:
         before every coalescer's of its tick: what it reads then goes in that tick's pieces."""
         loop = asyncio.get_running_loop()
         hold: asyncio.Future[None] = loop.create_future()
-        tick = self._ticks.get(key) if key is not None else None
-        if key is None:
+        if key is not None:
+            tick = self._ticks.get(key)
+        else:
             key = (window_s, math.ceil((loop.time() + window_s / 2) / window_s - self._phase))
             tick = self._ticks.get(key)
             if tick is None:
                 tick = self._ticks[key] = _Tick(loop.call_at((key[1] + self._phase) * window_s, self._fire, key))
-        if tick is None:  # fired already
+        if tick is None:  # the given tick fired already
             hold.set_result(None)
         else:
             (tick.readers if reader else tick.waiters).append(hold)

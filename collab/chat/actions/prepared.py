@@ -33,13 +33,25 @@ _STANDINS = (1_999_999_901, 1_999_999_902, 1_999_999_903, 1_999_999_904)
 
 
 class _Compiled:
-    __slots__ = ("compiler", "fixed", "places", "sql")
+    __slots__ = ("compiler", "fixed", "names", "places", "populators", "span", "sql")
 
     def __init__(self, compiler: SQLCompiler, sql: str, places: list[int | None], fixed: tuple[Any, ...]) -> None:
         self.compiler = compiler
         self.sql = sql
         self.places = places  # per parameter of the SQL: which argument it is (None: fixed)
         self.fixed = fixed
+        # For model rows (not values_list): the model's columns in a row, their names, and
+        # what fills the select_related instances; the same for every run.
+        klass_info = compiler.klass_info
+        self.span = (0, 0)
+        self.names: list[str] = []
+        self.populators: list[Any] = []
+        if klass_info is not None:
+            select = compiler.select
+            start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+            self.span = (start, end)
+            self.names = [f[0].target.attname for f in select[start:end]]
+            self.populators = get_related_populators(klass_info, select, DEFAULT_DB_ALIAS)
 
 
 class Prepared(Generic[T]):
@@ -84,17 +96,14 @@ class Prepared(Generic[T]):
     def rows(self, *args: int) -> list[T]:
         """The model instances the queryset gives, with their select_related ones."""
         compiled, rows = self._fetch(args)
-        compiler = compiled.compiler
-        select, klass_info = compiler.select, compiler.klass_info
+        klass_info = compiled.compiler.klass_info
         assert klass_info is not None, "a values() queryset: use .values()"
         model = klass_info["model"]
-        start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
-        names = [f[0].target.attname for f in select[start:end]]
-        populators = get_related_populators(klass_info, select, DEFAULT_DB_ALIAS)
+        (start, end), names = compiled.span, compiled.names
         out = []
         for row in rows:
             obj = model.from_db(DEFAULT_DB_ALIAS, names, row[start:end])
-            for populator in populators:
+            for populator in compiled.populators:
                 populator.populate(row, obj)
             out.append(obj)
         return out
