@@ -266,7 +266,11 @@ async def test_a_cancelled_reader_leaves_no_timer() -> None:
     await pieces.next()
     await asyncio.sleep(0)  # the coalescer waits for its tick
     loop = asyncio.get_running_loop()
-    reader = loop.create_task(coalescer.pace())
+
+    async def read() -> None:
+        await coalescer.pace()
+
+    reader = loop.create_task(read())
     await asyncio.sleep(0)
     assert not reader.done()
     await coalescer.close()  # the coalescer no longer waits: the tick is the reader's alone

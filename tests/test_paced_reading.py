@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from collab.chat import generation
-from collab.chat.coalescer import Coalescer
+from collab.chat.coalescer import Coalescer, WindowClock, window_clock
 from collab.chat.generation import Outcome, ReplyJob, registry
 from collab.llm import Item
 from collab.llm.pool import ProviderConfig
@@ -66,9 +66,9 @@ async def test_a_steady_stream_is_read_once_a_window(
             steps.append("read")
             yield items
 
-    async def pace(self: Coalescer) -> None:
+    def pace(self: Coalescer) -> asyncio.Future[None]:
         steps.append("pace")
-        await real_pace(self)
+        return real_pace(self)
 
     monkeypatch.setattr(generation, "stream_reply", counted)
     monkeypatch.setattr(Coalescer, "pace", pace)
@@ -93,3 +93,41 @@ async def test_a_steady_stream_is_read_once_a_window(
     else:  # no window (the naive baseline): read as it comes, a piece a token
         assert len(kept.pieces) == TOKENS
         assert len(reads) > streaming_s / (WINDOW_MS / 1000) + 3
+
+
+async def test_the_body_s_end_is_read_at_once_not_on_the_next_tick(
+    steady_sim: str, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader waiting for its window's tick is woken when the response's body ends
+    meanwhile (stream_chat, through aiohttp's end of body): the reply's last tokens and
+    its end go at once, not on a tick up to a window later. With a window of seconds and
+    a stream of 0.2 s, the reply is over before any tick fires."""
+    settings.COLLAB = {**settings.COLLAB, "COALESCE_MS": 4000.0}
+    fired: list[tuple[float, int]] = []
+    steps: list[str] = []
+    real_fire, real_pace = WindowClock._fire, Coalescer.pace
+
+    def fire(self: WindowClock, key: tuple[float, int]) -> None:
+        fired.append(key)
+        real_fire(self, key)
+
+    def pace(self: Coalescer) -> asyncio.Future[None]:
+        steps.append("pace")
+        return real_pace(self)
+
+    monkeypatch.setattr(WindowClock, "_fire", fire)
+    monkeypatch.setattr(Coalescer, "pace", pace)
+    config = ProviderConfig(name=f"p-{uuid.uuid4().hex}", base_urls=(steady_sim,), read_timeout_s=5)
+    job = ReplyJob(10**9 + 9, 10**9, config, "sim", [{"role": "user", "content": "go"}], None, None)
+    kept = Kept()
+    live = registry.start(job, kept)
+    assert live.task is not None
+    async with asyncio.timeout(20):
+        await live.task
+    [outcome] = kept.outcomes
+    assert outcome.status == "done" and outcome.tokens == TOKENS
+    assert "".join(text for _, text in kept.pieces) == outcome.text
+    assert "pace" in steps  # the reader did wait for its window...
+    assert fired == []  # ...and was woken by the body's end, not by a tick
+    assert len(kept.pieces) == 2  # the first piece at once, the rest as the stream ended
+    assert window_clock()._ticks == {}  # nobody is left waiting on the window's tick

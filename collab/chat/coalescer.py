@@ -12,6 +12,7 @@ pipeline (shared/batch.py; docs/benchmarks.md, "One pipeline per window").
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import random
@@ -21,6 +22,10 @@ from collections.abc import Awaitable, Callable
 log = logging.getLogger(__name__)
 
 Emit = Callable[[int, str], Awaitable[None]]
+
+
+def _forget(clock: WindowClock, key: tuple[float, int], hold: asyncio.Future[None]) -> None:
+    clock.forget(key, hold)  # a no-op once the tick has fired
 
 
 def _release(hold: asyncio.Future[None] | None) -> None:
@@ -139,25 +144,29 @@ class Coalescer:
         self._pending.append(text)
         self._wake.set()
 
-    async def pace(self) -> None:
-        """For the reader that pushes here: wait until this coalescer's next piece is due,
-        and return just before it is handed over (WindowClock: a tick's readers are woken
-        before its coalescers). A steady stream is then read once a window, all that came
-        meanwhile in one read, instead of once a socket read, and no token waits longer
-        than it would have (docs/benchmarks.md, "Issue 9, a window's read"). Returns at
-        once when there is no window (0: a piece per token) or the pieces stopped."""
+    def pace(self) -> asyncio.Future[None]:
+        """For the reader that pushes here: the wait until this coalescer's next piece is
+        due, resolved just before it is handed over (WindowClock: a tick's readers are
+        woken before its coalescers). A steady stream is then read once a window, all that
+        came meanwhile in one read, instead of once a socket read, and no token waits longer
+        than it would have (docs/benchmarks.md, "Issue 9, a window's read"). Resolved at
+        once when there is no window (0: a piece per token) or the pieces stopped. The
+        reader may resolve it sooner itself: its stream's body ended meanwhile, and what is
+        left of it is read at once (llm.client.stream_chat); its tick then no longer waits
+        for it, nor does a cancelled wait keep the tick's timer."""
         if self.window_s <= 0 or self._closing or self.failed is not None or self._task.done():
-            return
+            done: asyncio.Future[None] = self._task.get_loop().create_future()
+            done.set_result(None)
+            return done
         hold = self._hold
         # Its current window's tick while it holds; else the next one (which its next
         # piece, handed over now, will wait for too, or a later one).
         key = self._tick if hold is not None and not hold.done() else None
         clock = self._clock
         wait, key = clock.wait(self.window_s, key, reader=True)
-        try:
-            await wait
-        finally:
-            clock.forget(key, wait)
+        if not wait.done():
+            wait.add_done_callback(functools.partial(_forget, clock, key))
+        return wait
 
     async def close(self) -> None:
         """Flush what is pending now (no window wait) and stop."""

@@ -11,7 +11,7 @@ flusher hands over a piece per window, on ticks shared by every reply of the pro
 (the first piece at once; coalescer.py). After a read that held text, the reader reads
 again only when the next piece is due, just before it is handed over: a steady stream is
 read once a window, whatever its socket reads (Coalescer.pace, awaited by the stream
-between reads; not once the stream has ended).
+between reads; not once the stream has ended, and no longer once its body has ended).
 """
 
 from __future__ import annotations
@@ -150,11 +150,15 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     thinker: Coalescer | None = None  # the thinking's, made at its first piece (most models have none)
     paced: Coalescer | None = None  # whose next piece the reader waits for before reading again
 
-    async def pace() -> None:
+    def pace() -> asyncio.Future[None]:
         # Read again when that piece is due, all that came meanwhile at once: a read a
-        # window, not one a socket read (Coalescer.pace). The stream skips it at its end.
+        # window, not one a socket read (Coalescer.pace). The stream skips it at its end,
+        # and ends it when its body ends meanwhile.
         if paced is not None:
-            await paced.pace()
+            return paced.pace()
+        now: asyncio.Future[None] = loop.create_future()
+        now.set_result(None)
+        return now
 
     async def on_queued(ahead: int) -> None:
         nonlocal queued

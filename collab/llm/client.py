@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import os
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -337,7 +337,7 @@ async def stream_chat(
     tools: list[dict[str, Any]] | None = None,
     tool_choice: str | None = None,
     early: EarlyRequest | None = None,
-    pace: Callable[[], Awaitable[None]] | None = None,
+    pace: Callable[[], asyncio.Future[None]] | None = None,
 ) -> AsyncGenerator[list[Item], None]:
     """Yield the reply's text pieces as they arrive (its thinking as `Thought`s), then
     the `ToolCall`s it asks for (when `tools` were offered; once the finish_reason came),
@@ -352,9 +352,11 @@ async def stream_chat(
     `early`: this request, if it was already sent (llm/early.py) to this endpoint with
     this very body; it is taken instead of a new one, else cancelled.
 
-    `pace`: awaited after each list, before the stream is read again, unless the stream
-    has ended (its finish_reason or [DONE] came): the engine reads once a window so
-    (Coalescer.pace), and the end of a reply never waits for it.
+    `pace`: called after each list for a wait, awaited before the stream is read again,
+    unless the stream has ended (its finish_reason or [DONE] came): the engine reads once
+    a window so (Coalescer.pace), and the end of a reply never waits for it. When the
+    response's body ends during the wait (read through aiohttp, the SDK's default here),
+    the wait is resolved then: what is left is read at once.
 
     Raises LLMError for every failure, before or after the first piece. The caller
     applies the total timeout (it owns the clock that also covers its own work).
@@ -375,6 +377,18 @@ async def stream_chat(
             response = await client.post("/chat/completions", body=body, cast_to=httpx2.Response, stream=True)
         responded = True
         events = _sse_data(response)
+        waiting: asyncio.Future[None] | None = None  # the reader's pace, while it waits
+        received = _aiohttp_body(response) if pace is not None else None
+        if received is not None:
+
+            def ended() -> None:
+                # The body's end came while the reader waits for its window: its last
+                # tokens and its end are read now, and the final goes without waiting
+                # for the tick (docs/benchmarks.md, "the end read at once").
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(None)
+
+            received.on_eof(ended)
         try:
             async for data in events:
                 items: list[Item] = []
@@ -389,7 +403,8 @@ async def stream_chat(
                 if done:
                     break
                 if pace is not None and items and not chunks.finished:
-                    await pace()
+                    waiting = pace()
+                    await waiting
         finally:
             await events.aclose()
             await response.aclose()

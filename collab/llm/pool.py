@@ -160,7 +160,7 @@ async def stream_reply(
     on_started: Callable[[str], Awaitable[None]] | None = None,
     slots: SharedSlots | None = None,
     early: EarlyRequest | None = None,
-    pace: Callable[[], Awaitable[None]] | None = None,
+    pace: Callable[[], asyncio.Future[None]] | None = None,
 ) -> AsyncGenerator[list[Item], None]:
     """Like `stream_chat` (a list of items per read, `pace` awaited between reads), through
     the provider's queues and endpoint pool.
