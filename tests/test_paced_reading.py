@@ -50,30 +50,22 @@ class Kept:
         self.outcomes.append(outcome)
 
 
-@pytest.mark.parametrize("window_ms", [WINDOW_MS, 0.0])
-async def test_a_steady_stream_is_read_once_a_window(
-    steady_sim: str, settings: Any, monkeypatch: pytest.MonkeyPatch, window_ms: float
-) -> None:
-    settings.COLLAB = {**settings.COLLAB, "COALESCE_MS": window_ms}
-    loop = asyncio.get_running_loop()
-    reads: list[tuple[float, int]] = []  # when the engine took each read's items, and how many
-    steps: list[str] = []  # "read" and "pace", in order
-    real, real_pace = generation.stream_reply, Coalescer.pace
-
-    async def counted(*args: Any, **kwargs: Any) -> AsyncGenerator[list[Item], None]:
-        async for items in real(*args, **kwargs):  # the real stream, observed
-            reads.append((loop.time(), len(items)))
-            steps.append("read")
-            yield items
+def observe_pace(monkeypatch: pytest.MonkeyPatch, steps: list[str]) -> None:
+    """Each wait of the reader for its window is noted in `steps` as "pace"."""
+    real_pace = Coalescer.pace
 
     def pace(self: Coalescer) -> asyncio.Future[None]:
         steps.append("pace")
         return real_pace(self)
 
-    monkeypatch.setattr(generation, "stream_reply", counted)
     monkeypatch.setattr(Coalescer, "pace", pace)
-    config = ProviderConfig(name=f"p-{uuid.uuid4().hex}", base_urls=(steady_sim,), read_timeout_s=5)
-    job = ReplyJob(10**9 + 7, 10**9, config, "sim", [{"role": "user", "content": "go"}], None, None)
+
+
+async def reply(url: str, message_id: int) -> Kept:
+    """A reply of the simulated model streamed through the engine: done, every token in
+    its pieces, in order."""
+    config = ProviderConfig(name=f"p-{uuid.uuid4().hex}", base_urls=(url,), read_timeout_s=5)
+    job = ReplyJob(message_id, 10**9, config, "sim", [{"role": "user", "content": "go"}], None, None)
     kept = Kept()
     live = registry.start(job, kept)
     assert live.task is not None
@@ -82,6 +74,28 @@ async def test_a_steady_stream_is_read_once_a_window(
     [outcome] = kept.outcomes
     assert outcome.status == "done" and outcome.tokens == TOKENS
     assert "".join(text for _, text in kept.pieces) == outcome.text  # every token, in order
+    return kept
+
+
+@pytest.mark.parametrize("window_ms", [WINDOW_MS, 0.0])
+async def test_a_steady_stream_is_read_once_a_window(
+    steady_sim: str, settings: Any, monkeypatch: pytest.MonkeyPatch, window_ms: float
+) -> None:
+    settings.COLLAB = {**settings.COLLAB, "COALESCE_MS": window_ms}
+    loop = asyncio.get_running_loop()
+    reads: list[tuple[float, int]] = []  # when the engine took each read's items, and how many
+    steps: list[str] = []  # "read" and "pace", in order
+    real = generation.stream_reply
+
+    async def counted(*args: Any, **kwargs: Any) -> AsyncGenerator[list[Item], None]:
+        async for items in real(*args, **kwargs):  # the real stream, observed
+            reads.append((loop.time(), len(items)))
+            steps.append("read")
+            yield items
+
+    monkeypatch.setattr(generation, "stream_reply", counted)
+    observe_pace(monkeypatch, steps)
+    kept = await reply(steady_sim, 10**9 + 7)
     streaming_s = reads[-1][0] - reads[0][0]
     # The stream's end is not waited for: no wait after the read that held its finish.
     assert steps[-1] == "read"
@@ -105,28 +119,15 @@ async def test_the_body_s_end_is_read_at_once_not_on_the_next_tick(
     settings.COLLAB = {**settings.COLLAB, "COALESCE_MS": 4000.0}
     fired: list[tuple[float, int]] = []
     steps: list[str] = []
-    real_fire, real_pace = WindowClock._fire, Coalescer.pace
+    real_fire = WindowClock._fire
 
     def fire(self: WindowClock, key: tuple[float, int]) -> None:
         fired.append(key)
         real_fire(self, key)
 
-    def pace(self: Coalescer) -> asyncio.Future[None]:
-        steps.append("pace")
-        return real_pace(self)
-
     monkeypatch.setattr(WindowClock, "_fire", fire)
-    monkeypatch.setattr(Coalescer, "pace", pace)
-    config = ProviderConfig(name=f"p-{uuid.uuid4().hex}", base_urls=(steady_sim,), read_timeout_s=5)
-    job = ReplyJob(10**9 + 9, 10**9, config, "sim", [{"role": "user", "content": "go"}], None, None)
-    kept = Kept()
-    live = registry.start(job, kept)
-    assert live.task is not None
-    async with asyncio.timeout(20):
-        await live.task
-    [outcome] = kept.outcomes
-    assert outcome.status == "done" and outcome.tokens == TOKENS
-    assert "".join(text for _, text in kept.pieces) == outcome.text
+    observe_pace(monkeypatch, steps)
+    kept = await reply(steady_sim, 10**9 + 9)
     assert "pace" in steps  # the reader did wait for its window...
     assert fired == []  # ...and was woken by the body's end, not by a tick
     assert len(kept.pieces) == 2  # the first piece at once, the rest as the stream ended

@@ -355,8 +355,8 @@ async def stream_chat(
     `pace`: called after each list for a wait, awaited before the stream is read again,
     unless the stream has ended (its finish_reason or [DONE] came): the engine reads once
     a window so (Coalescer.pace), and the end of a reply never waits for it. When the
-    response's body ends during the wait (read through aiohttp, the SDK's default here),
-    the wait is resolved then: what is left is read at once.
+    response's body ends during the wait (an uncompressed body read through aiohttp, the
+    SDK's default here), the wait is resolved then: what is left is read at once.
 
     Raises LLMError for every failure, before or after the first piece. The caller
     applies the total timeout (it owns the clock that also covers its own work).
