@@ -443,6 +443,11 @@ def test_one_room_run_end_to_end(tmp_path: Path) -> None:
     for key in REPORT_KEYS:
         assert key in report, key
     assert report["scenario"] == "one-room"
+    # The machine's state as the run started: its speed probe, load and CPUs, also printed.
+    here = report["machine"]
+    assert here["speed_probe_ms"] > 0 and here["cpus"] >= 1
+    assert len(here["load_average"]) == 3 and all(x >= 0 for x in here["load_average"])
+    assert f"machine: speed probe {here['speed_probe_ms']:g} ms" in proc.stdout
     params = report["params"]
     assert params["members_total"] == 3 and params["tps"] == 750 and params["coalesce_ms"] == 30
     for key in LATENCY_KEYS:
@@ -561,4 +566,4 @@ def test_a_reply_cut_by_the_runs_end_counts_up_to_its_last_piece() -> None:
     room = SimpleNamespace(window=[100.0, 110.0])
     # Still streaming when the run ended: no final article; pieces from 108 s to 112 s.
     seen = MemberReply(first_at=108.0, times=[(0, 10, 108.0), (10, 20, 112.0)])
-    assert RoomReplies._tokens_in_window(room, 400, [(None, seen)]) == 200  # type: ignore[arg-type]
+    assert RoomReplies._tokens_in_window(room, 400, [(None, seen)]) == 200  # type: ignore[arg-type, list-item]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from collab.loadtest import machine
 from collab.loadtest.config import RunConfig
 from collab.loadtest.options import Options
 from collab.loadtest.report import build_step, knee_of, passes, summary
@@ -263,6 +264,8 @@ def run(opts: Options, say: Say) -> dict[str, Any]:
     keep = bool(opts.workdir)
     workdir = Path(opts.workdir) if keep else Path(tempfile.mkdtemp(prefix="collab-loadtest-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    here = machine.state()  # before any process of the run starts
+    say(machine.line(here))
     procs = Processes(workdir)
     sampler = Sampler()
     sampler.start()
@@ -320,7 +323,9 @@ def run(opts: Options, say: Say) -> dict[str, Any]:
         procs.stop_all()
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    return _assemble(sc, steps)
+    report = _assemble(sc, steps)
+    report["machine"] = here
+    return report
 
 
 def _remote_redis(opts: Options) -> str:
