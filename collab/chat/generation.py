@@ -11,7 +11,7 @@ flusher hands over a piece per window, on ticks shared by every reply of the pro
 (the first piece at once; coalescer.py). After a read that held text, the reader reads
 again only when the next piece is due, just before it is handed over: a steady stream is
 read once a window, whatever its socket reads (Coalescer.pace, awaited by the stream
-between reads; not once the stream has ended, and no longer once its body has ended).
+between reads; not once the stream has ended, and a wait ends when the body does).
 """
 
 from __future__ import annotations

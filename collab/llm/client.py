@@ -384,7 +384,7 @@ async def stream_chat(
             def ended() -> None:
                 # The body's end came while the reader waits for its window: its last
                 # tokens and its end are read now, and the final goes without waiting
-                # for the tick (docs/benchmarks.md, "the end read at once").
+                # for the tick (docs/benchmarks.md, "Issue 9, the body's end read at once").
                 if waiting is not None and not waiting.done():
                     waiting.set_result(None)
 
