@@ -24,10 +24,6 @@ log = logging.getLogger(__name__)
 Emit = Callable[[int, str], Awaitable[None]]
 
 
-def _forget(clock: WindowClock, key: tuple[float, int], hold: asyncio.Future[None]) -> None:
-    clock.forget(key, hold)  # a no-op once the tick has fired
-
-
 def _release(hold: asyncio.Future[None] | None) -> None:
     if hold is not None and not hold.done():
         hold.set_result(None)
@@ -165,7 +161,7 @@ class Coalescer:
         clock = self._clock
         wait, key = clock.wait(self.window_s, key, reader=True)
         if not wait.done():
-            wait.add_done_callback(functools.partial(_forget, clock, key))
+            wait.add_done_callback(functools.partial(clock.forget, key))  # a no-op once the tick fired
         return wait
 
     async def close(self) -> None:
