@@ -5,6 +5,7 @@ each. Run on SQLite and on PostgreSQL (CI runs the suite on both)."""
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import weakref
 from datetime import datetime
@@ -14,12 +15,13 @@ from typing import Any
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models import QuerySet
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from collab.chat.actions.posting import _ASSISTANTS, _MEMBER, _member, _room_assistants
-from collab.chat.actions.prepared import Prepared
+from collab.chat.actions.prepared import Prepared, PreparedUpdate
 from collab.chat.actions.replies import _HISTORY, read_history
-from collab.chat.actions.sink import _CHANGED, _MEANWHILE
+from collab.chat.actions.sink import _CHANGED, _MEANWHILE, _STREAMING
 from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES
 from collab.chat.models import Membership, Message, Room
 from tests.conftest import World, make_assistant
@@ -138,3 +140,67 @@ def test_each_thread_compiles_on_its_own_connection_and_lets_it_go_with_the_thre
     del thread
     gc.collect()
     assert connection() is None  # the thread's connection went with it
+
+
+def _streaming_twins(world: World) -> tuple[Message, Message]:
+    made = [
+        Message.objects.create(
+            room=world.room, seq=seq, role=Message.Role.ASSISTANT, author_name="A", status=Message.Status.STREAMING
+        )
+        for seq in (1, 2)
+    ]
+    return made[0], made[1]
+
+
+def test_the_reply_end_s_write_changes_what_the_queryset_s_update_changes(world: World) -> None:
+    """The same statement and the same row as `update()`: a decimal, an aware datetime, a
+    float, a None (`col = NULL`), text; once the reply is no longer streaming, nothing."""
+    by_orm, prepared = _streaming_twins(world)
+    ended_at = timezone.now()
+    values: dict[str, Any] = {
+        "text": "The answer, é.",
+        "status": Message.Status.DONE,
+        "finished_at": ended_at,
+        "ttft_ms": None,
+        "tps": 751.5,
+        "tokens": 3,
+        "cost": Decimal("0.000123"),
+        "finish_reason": "",
+    }
+    with CaptureQueriesContext(connections[DEFAULT_DB_ALIAS]) as orm_sql:
+        assert Message.objects.filter(pk=by_orm.pk, status=Message.Status.STREAMING).update(**values) == 1
+    with CaptureQueriesContext(connections[DEFAULT_DB_ALIAS]) as our_sql:
+        assert _STREAMING.run(values, prepared.pk) == 1
+    which = re.compile(r'("id" = )[0-9]+')  # the statements as run, but for the row's id
+    assert [which.sub(r"\1N", q["sql"]) for q in our_sql.captured_queries] == [
+        which.sub(r"\1N", q["sql"]) for q in orm_sql.captured_queries
+    ]
+    assert '"id" = N' in which.sub(r"\1N", our_sql.captured_queries[0]["sql"])
+    by_orm.refresh_from_db()
+    prepared.refresh_from_db()
+    apart = {"id": 0, "seq": 0, "created_at": 0}  # the twins differ in these alone
+    assert {**fields(prepared), **apart} == {**fields(by_orm), **apart}
+    assert prepared.cost == Decimal("0.000123") and prepared.finished_at == ended_at and prepared.ttft_ms is None
+    assert _STREAMING.run(values, prepared.pk) == 0  # ended: not streaming any more
+    assert _STREAMING.run(values, prepared.pk + 1000) == 0  # no such reply
+
+
+def test_the_reply_end_s_write_is_compiled_per_shape_of_its_values(world: World) -> None:
+    """A value that is None in one call and not in the next (Django writes `= NULL` for a
+    None): each call writes its own values."""
+    reply, _ = _streaming_twins(world)
+    assert _STREAMING.run({"text": "a", "ttft_ms": 12.5}, reply.pk) == 1
+    assert _STREAMING.run({"text": "b", "ttft_ms": None}, reply.pk) == 1
+    reply.refresh_from_db()
+    assert (reply.text, reply.ttft_ms) == ("b", None)
+    assert _STREAMING.run({"ttft_ms": 3.0, "text": "c"}, str(reply.pk)) == 1  # type: ignore[arg-type]  # as the ORM: int()
+    reply.refresh_from_db()
+    assert (reply.text, reply.ttft_ms) == ("c", 3.0)
+
+
+def test_a_write_whose_parameters_are_not_its_arguments_is_refused(world: World) -> None:
+    twice = PreparedUpdate(lambda room_id: Message.objects.filter(room_id=room_id, seq=room_id), 1)
+    with pytest.raises(ValueError, match="once"):
+        twice.run({"text": "x"}, world.room.id)
+    with pytest.raises(TypeError):
+        _STREAMING.run({"text": "x"})

@@ -9,18 +9,21 @@ turns the rows into what the queryset would give (the backend's converters, the 
 instances and their `select_related` ones, or `values_list` tuples). So a read is the
 queryset it is written as, and tests/test_prepared.py checks that both give the same.
 
-Only for the reads that run on every post; anything else reads through the ORM.
+Only for the reads that run on every post, and the writes that end every reply
+(`PreparedUpdate`: 0.2 ms of compiling a write, where its statement takes 0.03); anything
+else goes through the ORM.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import QuerySet
 from django.db.models.query import get_related_populators  # type: ignore[attr-defined]  # not in the stubs
+from django.db.models.sql import UpdateQuery
 from django.db.models.sql.compiler import SQLCompiler
 
 T = TypeVar("T")
@@ -112,3 +115,56 @@ class Prepared(Generic[T]):
         """The rows of a values_list() queryset, as tuples."""
         _compiled, rows = self._fetch(args)
         return [tuple(row) for row in rows]
+
+
+class PreparedUpdate:
+    """`make(*args)` -> a queryset; `PreparedUpdate(make, arity).run(values, *args)` is
+    `make(*args).update(**values)`, the number of rows it changed, from SQL compiled once
+    per thread and shape of `values` (its fields, and which are None: Django writes
+    `col = NULL` for those). Each value is prepared for its column as `update` prepares
+    it (`get_db_prep_save`); plain values only, not expressions or model instances."""
+
+    def __init__(self, make: Callable[..., QuerySet[Any, Any]], arity: int) -> None:
+        assert arity <= len(_STANDINS)
+        self._make = make
+        self._arity = arity
+        self._meta = make(*_STANDINS[:arity]).model._meta
+        self._local = threading.local()  # per thread, as Prepared's
+
+    def run(self, values: dict[str, Any], *args: int) -> int:
+        if len(args) != self._arity:
+            raise TypeError(f"{self._arity} arguments, not {len(args)}")
+        connection = connections[DEFAULT_DB_ALIAS]
+        cache: dict[Any, tuple[str, list[int | None], tuple[Any, ...]]] | None = getattr(self._local, "compiled", None)
+        if cache is None or getattr(self._local, "connection", None) is not connection:
+            cache = self._local.compiled = {}
+            self._local.connection = connection
+        get_field = self._meta.get_field
+        prepped = [get_field(name).get_db_prep_save(value, connection=connection) for name, value in values.items()]
+        shape = (tuple(values), tuple(v is None for v in prepped))
+        compiled = cache.get(shape)
+        if compiled is None:
+            compiled = cache[shape] = self._compile(values, prepped)
+        sql, places, fixed = compiled
+        numbers = [int(a) for a in args]  # as the ORM would take them
+        params = [v for v in prepped if v is not None]
+        params += [numbers[i] if i is not None else f for i, f in zip(places, fixed, strict=True)]
+        with transaction.mark_for_rollback_on_error(DEFAULT_DB_ALIAS), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.rowcount)
+
+    def _compile(self, values: dict[str, Any], prepped: list[Any]) -> tuple[str, list[int | None], tuple[Any, ...]]:
+        standins = _STANDINS[: self._arity]
+        query = cast(UpdateQuery, self._make(*standins).query.chain(UpdateQuery))
+        query.add_update_values(values)
+        sql, params = query.get_compiler(using=DEFAULT_DB_ALIAS).as_sql()
+        if query.related_updates or any(hasattr(field, "get_placeholder") for field, _m, _v in query.values):
+            raise ValueError("only a model's own columns, with plain placeholders")
+        given = [v for v in prepped if v is not None]
+        if list(params[: len(given)]) != given:  # the values come first, as prepared here
+            raise ValueError(f"the update's parameters are not its values: {params!r}")
+        where = params[len(given) :]
+        places = [standins.index(p) if p in standins else None for p in where]
+        if sorted(p for p in places if p is not None) != list(range(self._arity)):
+            raise ValueError(f"each argument must be a parameter of the query once: {where!r}")
+        return sql, places, tuple(where)

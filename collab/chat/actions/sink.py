@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from collab.chat import broadcast, early, rendering, shared
 from collab.chat.actions import budgets
-from collab.chat.actions.prepared import Prepared
+from collab.chat.actions.prepared import Prepared, PreparedUpdate
 from collab.chat.actions.providers import reply_cost
 from collab.chat.events import RoomFrame
 from collab.chat.generation import Outcome, ReplyJob
@@ -207,7 +207,7 @@ class RoomSink:
 
 def _store_text(reply_id: int, text: str, reasoning: str = "") -> None:
     """A checkpoint of a streaming reply's text (what a restart without the shared state keeps)."""
-    Message.objects.filter(pk=reply_id, status=Message.Status.STREAMING).update(text=text, reasoning=reasoning)
+    _STREAMING.run({"text": text, "reasoning": reasoning}, reply_id)
 
 
 def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Message | None = None) -> Message | None:
@@ -236,7 +236,7 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Mess
     }
     if outcome.steps is not None:  # an agent's run
         fields["agent_steps"] = outcome.steps
-    if not Message.objects.filter(pk=job.message_id, status=Message.Status.STREAMING).update(**fields):
+    if not _STREAMING.run(fields, job.message_id):
         log.warning(
             "reply %s was already ended elsewhere (or deleted); its outcome %s is not stored",
             job.message_id,
@@ -248,6 +248,10 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Mess
         early.ended(message)  # the room's history as this process knows it (chat/early.py)
     return message
 
+
+# A reply still streaming, the one its checkpoints and its end write to, that write's SQL
+# compiled once (actions/prepared.py): every reply's end, and a long reply's every second.
+_STREAMING = PreparedUpdate(lambda reply_id: Message.objects.filter(pk=reply_id, status=Message.Status.STREAMING), 1)
 
 # What may change in a reply's row while it streams, besides what its end writes: the votes
 # cast meanwhile, a tombstone, a personal reply shared with the room, its question deleted
