@@ -157,15 +157,21 @@ def test_the_reply_end_s_write_changes_what_the_queryset_s_update_changes(world:
     float, a None (`col = NULL`), text; once the reply is no longer streaming, nothing."""
     by_orm, prepared = _streaming_twins(world)
     ended_at = timezone.now()
-    values: dict[str, Any] = {
+    values: dict[str, Any] = {  # every field sink._store_outcome writes, an agent's run's among them
         "text": "The answer, é.",
+        "html": "<p>The answer, é.</p>",
         "status": Message.Status.DONE,
+        "error": "",
         "finished_at": ended_at,
         "ttft_ms": None,
-        "tps": 751.5,
         "tokens": 3,
+        "prompt_tokens": 40,
+        "duration_ms": 12.5,
+        "tps": 751.5,
         "cost": Decimal("0.000123"),
+        "reasoning": "Thought.",
         "finish_reason": "",
+        "agent_steps": 2,  # a small-integer column
     }
     with CaptureQueriesContext(connections[DEFAULT_DB_ALIAS]) as orm_sql:
         assert Message.objects.filter(pk=by_orm.pk, status=Message.Status.STREAMING).update(**values) == 1
@@ -181,6 +187,7 @@ def test_the_reply_end_s_write_changes_what_the_queryset_s_update_changes(world:
     apart = {"id": 0, "seq": 0, "created_at": 0}  # the twins differ in these alone
     assert {**fields(prepared), **apart} == {**fields(by_orm), **apart}
     assert prepared.cost == Decimal("0.000123") and prepared.finished_at == ended_at and prepared.ttft_ms is None
+    assert (prepared.agent_steps, prepared.reasoning) == (2, "Thought.")
     assert _STREAMING.run(values, prepared.pk) == 0  # ended: not streaming any more
     assert _STREAMING.run(values, prepared.pk + 1000) == 0  # no such reply
 
@@ -204,3 +211,10 @@ def test_a_write_whose_parameters_are_not_its_arguments_is_refused(world: World)
         twice.run({"text": "x"}, world.room.id)
     with pytest.raises(TypeError):
         _STREAMING.run({"text": "x"})
+    with pytest.raises(ValueError, match="nothing"):
+        _STREAMING.run({}, world.room.id)
+    with pytest.raises(ValueError, match="sliced"):  # update() refuses it; compiled, the slice would go
+        PreparedUpdate(lambda room_id: Message.objects.filter(room_id=room_id)[:1], 1)
+    nowhere = PreparedUpdate(lambda room_id: Message.objects.filter(room_id=room_id).none(), 1)
+    with pytest.raises(ValueError, match="no row"):
+        nowhere.run({"text": "x"}, world.room.id)

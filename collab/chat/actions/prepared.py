@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast
 
+from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import QuerySet
 from django.db.models.query import get_related_populators  # type: ignore[attr-defined]  # not in the stubs
@@ -29,9 +30,10 @@ from django.db.models.sql.compiler import SQLCompiler
 T = TypeVar("T")
 
 # Stand-in parameters, so that each one's place in the compiled SQL's parameters is found
-# (and a query whose parameters are not its arguments, once each, is refused). In any
-# integer column's range (Django drops a lookup outside it from the SQL), and unlike any
-# value a query of this module holds itself.
+# (and a query whose parameters are not its arguments, once each, is refused). In a 32-bit
+# integer column's range (Django drops a lookup outside it from the SQL: an argument
+# compared with a small-integer column is refused, PreparedUpdate), and unlike any value a
+# query of this module holds itself.
 _STANDINS = (1_999_999_901, 1_999_999_902, 1_999_999_903, 1_999_999_904)
 
 
@@ -122,18 +124,24 @@ class PreparedUpdate:
     `make(*args).update(**values)`, the number of rows it changed, from SQL compiled once
     per thread and shape of `values` (its fields, and which are None: Django writes
     `col = NULL` for those). Each value is prepared for its column as `update` prepares
-    it (`get_db_prep_save`); plain values only, not expressions or model instances."""
+    it (`get_db_prep_save`); plain values only, not expressions or model instances, and
+    a queryset that `update()` takes (no slice, no union)."""
 
     def __init__(self, make: Callable[..., QuerySet[Any, Any]], arity: int) -> None:
         assert arity <= len(_STANDINS)
         self._make = make
         self._arity = arity
-        self._meta = make(*_STANDINS[:arity]).model._meta
+        queryset = make(*_STANDINS[:arity])
+        if queryset.query.is_sliced or queryset.query.combinator:  # update() refuses them; here they would be dropped
+            raise ValueError("update() takes no sliced or combined queryset")
+        self._meta = queryset.model._meta
         self._local = threading.local()  # per thread, as Prepared's
 
     def run(self, values: dict[str, Any], *args: int) -> int:
         if len(args) != self._arity:
             raise TypeError(f"{self._arity} arguments, not {len(args)}")
+        if not values:
+            raise ValueError("nothing to update")
         connection = connections[DEFAULT_DB_ALIAS]
         cache: dict[Any, tuple[str, list[int | None], tuple[Any, ...]]] | None = getattr(self._local, "compiled", None)
         if cache is None or getattr(self._local, "connection", None) is not connection:
@@ -157,11 +165,16 @@ class PreparedUpdate:
         standins = _STANDINS[: self._arity]
         query = cast(UpdateQuery, self._make(*standins).query.chain(UpdateQuery))
         query.add_update_values(values)
-        sql, params = query.get_compiler(using=DEFAULT_DB_ALIAS).as_sql()
+        try:
+            sql, params = query.get_compiler(using=DEFAULT_DB_ALIAS).as_sql()
+        except EmptyResultSet as exc:  # none(), pk__in=[], or a stand-in out of a column's range
+            raise ValueError("a query that can match no row is not compiled") from exc
         if query.related_updates or any(hasattr(field, "get_placeholder") for field, _m, _v in query.values):
             raise ValueError("only a model's own columns, with plain placeholders")
         given = [v for v in prepped if v is not None]
-        if list(params[: len(given)]) != given:  # the values come first, as prepared here
+        # The values come first, as prepared here (by type: an adapter such as psycopg's
+        # Jsonb has no equality).
+        if [type(p) for p in params[: len(given)]] != [type(v) for v in given]:
             raise ValueError(f"the update's parameters are not its values: {params!r}")
         where = params[len(given) :]
         places = [standins.index(p) if p in standins else None for p in where]
