@@ -24,6 +24,13 @@ log = logging.getLogger(__name__)
 Emit = Callable[[int, str], Awaitable[None]]
 
 
+def ready() -> asyncio.Future[None]:
+    """A reader's wait that is over already: no window to wait for (Coalescer.pace)."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
+
+
 def _release(hold: asyncio.Future[None] | None) -> None:
     if hold is not None and not hold.done():
         hold.set_result(None)
@@ -151,9 +158,7 @@ class Coalescer:
         left of it is read at once (llm.client.stream_chat); its tick then no longer waits
         for it, nor does a cancelled wait keep the tick's timer."""
         if self.window_s <= 0 or self._closing or self.failed is not None or self._task.done():
-            done: asyncio.Future[None] = self._task.get_loop().create_future()
-            done.set_result(None)
-            return done
+            return ready()
         hold = self._hold
         # Its current window's tick while it holds; else the next one (which its next
         # piece, handed over now, will wait for too, or a later one).

@@ -28,7 +28,7 @@ from django.conf import settings
 
 from collab.chat import metrics
 from collab.chat.agent import AgentPlan, for_reply
-from collab.chat.coalescer import Coalescer
+from collab.chat.coalescer import Coalescer, ready
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.early import EarlyRequest
@@ -154,11 +154,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
         # Read again when that piece is due, all that came meanwhile at once: a read a
         # window, not one a socket read (Coalescer.pace). The stream skips it at its end,
         # and ends it when its body ends meanwhile.
-        if paced is not None:
-            return paced.pace()
-        now: asyncio.Future[None] = loop.create_future()
-        now.set_result(None)
-        return now
+        return paced.pace() if paced is not None else ready()
 
     async def on_queued(ahead: int) -> None:
         nonlocal queued
