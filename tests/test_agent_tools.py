@@ -19,9 +19,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from collab.chat import shared
-from collab.chat.actions.tools import BUILTIN_NAMES, Toolbox, ToolError, toolbox_for
 from collab.chat.calculator import CalcError, calculate
 from collab.chat.models import Assistant, AuditEntry, Membership, Message, Provider, Room, Tool
+from collab.chat.replies.tools import BUILTIN_NAMES, Toolbox, ToolError, toolbox_for
 from tests.httpd import serving
 
 # --- the calculator ---------------------------------------------------------------------------

@@ -14,12 +14,13 @@ import pytest
 from channels.db import database_sync_to_async
 from prometheus_client import REGISTRY
 
-from collab.chat import broadcast, early
+from collab.chat import broadcast
 from collab.chat.generation import Outcome, ReplyJob, registry
 from collab.chat.models import Assistant, Message, Room
-from collab.llm import early as llm_early
+from collab.chat.replies import early
+from collab.llm import early_request as llm_early
 from collab.llm.client import Endpoint, request_body, stream_chat
-from collab.llm.early import EarlyRequest
+from collab.llm.early_request import EarlyRequest
 from collab.llm.pool import ProviderConfig, first_url, pool_for, stream_reply
 from tests.conftest import Member, World, all_final, member
 

@@ -13,10 +13,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from collab.chat import rendering
-from collab.chat.actions import posting, replies, sink
 from collab.chat.errors import ClientError
 from collab.chat.generation import Outcome
 from collab.chat.models import Message, Room
+from collab.chat.replies import jobs as replies
+from collab.chat.replies import posting, sink
 from tests.conftest import World, member
 
 

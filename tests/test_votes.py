@@ -19,9 +19,9 @@ from django.contrib.auth.models import User
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
-from collab.chat import early
 from collab.chat.generation import registry
 from collab.chat.models import Membership, Message, Room, Vote
+from collab.chat.replies import early
 from tests.conftest import Member, World, all_final, connected, member, stalling
 
 pytestmark = [
@@ -392,7 +392,7 @@ async def test_a_flood_of_votes_is_capped_and_the_counts_stay_true(world: World)
 def test_a_merge_stays_in_the_history_though_unvoted() -> None:
     """Among the answers to one question, unvoted ones go once a sibling is approved; a
     merge of the approved ones starts unvoted, and is what the room asked for: it stays."""
-    from collab.chat.actions.votes import APPROVED, steer
+    from collab.chat.services.votes import APPROVED, steer
 
     question = Message(id=1, seq=1, role="user", text="q")
     a = Message(id=2, seq=2, role="assistant", reply_to_id=1, verdict=APPROVED, votes_up=1, text="a")
@@ -406,7 +406,7 @@ def test_a_merge_stays_in_the_history_though_unvoted() -> None:
 def test_an_approved_reply_streaming_again_does_not_hide_its_siblings() -> None:
     """An approved answer being continued (streaming, its text not in history meanwhile)
     or approved with no text stands for nothing: the question keeps its other answers."""
-    from collab.chat.actions.votes import APPROVED, steer
+    from collab.chat.services.votes import APPROVED, steer
 
     question = Message(id=1, seq=1, role="user", text="q")
     again = Message(id=2, seq=2, role="assistant", reply_to_id=1, verdict=APPROVED, votes_up=1, status="streaming")

@@ -1,7 +1,10 @@
 """The only code that sends through the channel layer: to a room's sockets, to one
-user's sockets, and to every server process (control).
+user's sockets, to one socket or process channel, and to every server process
+(control); and the only code that joins and leaves its groups.
 
-Frames are rendered once by the caller (rendering.py) and sent as they are.
+Frames are built by their constructors (frames.py) with HTML rendered once by the
+caller (rendering.py), and sent as they are. A change made in a transaction is sent
+once it has committed (`after_commit`): never a frame for a write that rolled back.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import transaction
 
 from collab.chat import metrics, shared
 from collab.chat.events import (
@@ -92,6 +96,17 @@ def _pubsub_target(group: str) -> tuple[str, Any] | None:
         return None
 
 
+def after_commit(room_id: int, frame: RoomFrame | RoomClosed) -> None:
+    """Send `frame` to the room once the current transaction commits (at once outside one).
+    Robust: the change is stored whatever the channel layer does; its pages converge at
+    their next snapshot (a failure is logged, not raised)."""
+    transaction.on_commit(lambda: to_room_sync(room_id, frame), robust=True)
+
+
+def to_user_after_commit(user_id: int, event: UserEvent) -> None:
+    transaction.on_commit(lambda: to_user_sync(user_id, event), robust=True)
+
+
 def to_room_sync(room_id: int, frame: RoomFrame | RoomClosed) -> None:
     if frame["type"] == "room.frame":
         async_to_sync(to_room)(room_id, frame)
@@ -111,3 +126,17 @@ def to_user_sync(user_id: int, event: UserEvent) -> None:
 async def to_processes(event: Control) -> None:
     """A control event to every server process (lifecycle's listener acts on it)."""
     await _layer().group_send(PROCESSES_GROUP, event)
+
+
+async def to_channel(channel: str, event: dict[str, Any]) -> None:
+    """An event to one channel: a socket's own (a resync), or a process's (its ping)."""
+    await _layer().send(channel, event)
+
+
+async def join(group: str, channel: str) -> None:
+    """From now on, what is sent to `group` reaches `channel` (idempotent)."""
+    await _layer().group_add(group, channel)
+
+
+async def leave(group: str, channel: str) -> None:
+    await _layer().group_discard(group, channel)

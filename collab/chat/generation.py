@@ -31,7 +31,7 @@ from collab.chat.agent import AgentPlan, for_reply
 from collab.chat.coalescer import Coalescer, ready
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
-from collab.llm.early import EarlyRequest
+from collab.llm.early_request import EarlyRequest
 from collab.llm.pool import ProviderConfig, SharedSlots, stream_reply
 
 log = logging.getLogger(__name__)

@@ -285,6 +285,13 @@ class Message(models.Model):
     votes_by = models.JSONField(default=list, blank=True)
     # A merge (docs/wire.md, "merge"): the ids of the approved replies it combines, in order.
     merge_of = models.JSONField(default=list, blank=True)
+    # On the room's pinned list (commands/pins.py): since when, and who pinned it (the name
+    # kept as written, like author_name). None: not pinned.
+    pinned_at = models.DateTimeField(null=True, blank=True)
+    pinned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    pinned_by_name = models.CharField(max_length=150, blank=True)
 
     objects = MessageQuerySet.as_manager()
 
@@ -298,7 +305,12 @@ class Message(models.Model):
                 name="one_post_per_client_id",
             ),
         ]
-        indexes = [models.Index(fields=["status"], name="message_status")]
+        indexes = [
+            models.Index(fields=["status"], name="message_status"),
+            models.Index(
+                fields=["room", "pinned_at"], name="message_pinned", condition=models.Q(pinned_at__isnull=False)
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.room.slug}#{self.seq} {self.author_name}"

@@ -35,7 +35,7 @@ from collab.llm.tool_calls import Calls, ToolCall
 ChatMessage = dict[str, Any]
 
 if TYPE_CHECKING:
-    from collab.llm.early import EarlyRequest
+    from collab.llm.early_request import EarlyRequest
 
 try:  # the SDK's aiohttp transport (`openai[aiohttp]`), whose body _sse_data reads itself
     from openai._vendor.httpx_aiohttp.transport import AiohttpResponseStream as _AiohttpStream

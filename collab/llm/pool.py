@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from collab.llm.client import ChatMessage, Endpoint, Item, LLMError, Thought, ToolCall, stream_chat
-from collab.llm.early import EarlyRequest
+from collab.llm.early_request import EarlyRequest
 
 log = logging.getLogger(__name__)
 
