@@ -1,4 +1,4 @@
-"""Personal lenses, and sharing a personal reply (docs/architecture.md, "personal replies").
+"""Personal lenses, and sharing a personal reply (docs/architecture.md#a-personal-replies).
 
 A member's lens ("answer me in Spanish") is theirs in one room (Membership.lens). `/each`
 (actions/each.py) makes one reply per member who has one; each is stored with its

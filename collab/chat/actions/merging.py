@@ -1,5 +1,5 @@
 """Merging the approved parallel answers to one message into one reply (docs/wire.md,
-"merge"; docs/architecture.md, "votes and merge").
+"merge"; docs/architecture.md#a-merge).
 
     merge        the posting rate (actions/rooms.py), then _store_merge, then the reply
                  starts and is announced as any reply (replies.start_and_announce)

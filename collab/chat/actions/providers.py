@@ -29,7 +29,7 @@ def _split_urls(value: str) -> tuple[str, str]:
 
 
 def default_endpoint_settings() -> dict[str, Any]:
-    """The default provider as WIRE.md configures it: COLLAB_LLM_* first, then
+    """The default provider as docs/wire.md configures it: COLLAB_LLM_* first, then
     OPENAI_API_KEY alone for the OpenAI API, else the embedded local model."""
     if settings.COLLAB_LLM_BASE_URL:
         base_url, extra = _split_urls(settings.COLLAB_LLM_BASE_URL)
@@ -106,7 +106,7 @@ def env_providers() -> dict[str, dict[str, Any]]:
 
 
 def ensure_default_assistant() -> Assistant:
-    """Providers follow the environment: "default" (WIRE.md) and those in COLLAB_PROVIDERS,
+    """Providers follow the environment: "default" (docs/wire.md) and those in COLLAB_PROVIDERS,
     each with an assistant of the same handle. Returns the default assistant, which
     new rooms get."""
     provider, _ = Provider.objects.update_or_create(name="default", defaults=default_endpoint_settings())

@@ -44,7 +44,7 @@ __all__ = ["ReplyJob", "RoomSink", "interrupt", "regenerate_reply", "start_and_a
 def read_history(room: Room, answered: Message) -> list[HistoryRow]:
     """The room's messages up to `answered`, oldest first: only what the context needs, and
     no more messages than a budget could hold. Shared messages only: nobody's personal
-    replies (docs/architecture.md, "personal replies")."""
+    replies (docs/architecture.md#a-personal-replies)."""
     return [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq)[::-1]]
 
 

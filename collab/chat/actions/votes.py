@@ -1,5 +1,5 @@
 """Votes on assistants' replies, and what they decide (docs/wire.md, "vote";
-docs/architecture.md, "votes").
+docs/architecture.md#a-votes).
 
     vote   checks (nothing changes when one fails): the value, the id, the member, the
            room open, who may vote here (Room.voters), the reply (an assistant's, in this
