@@ -1,6 +1,6 @@
-"""collab's layers point one way and nothing in it imports in a cycle (docs/architecture.md,
-"Layers"): import-linter's contracts in pyproject.toml, run over the code as it is, and
-over a copy with an upward import or a cycle added, which must fail."""
+"""collab's layers point one way and nothing in it imports in a cycle
+(docs/architecture.md#a-layers): import-linter's contracts in pyproject.toml, run over
+the code as it is, and over a copy with an upward import or a cycle added, which must fail."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One room, two server processes: two real Daphnes on one real Redis and one real
 PostgreSQL database, members on each, the real openai client against the simulated
-model. Every promise of docs/architecture.md "Many processes" is checked here as a
+model. Every promise of docs/architecture.md#a-many-processes is checked here as a
 member sees it: live pieces, joining mid-reply, stop, kill -9, SIGTERM, the posting
 rate and presence, whichever process holds the socket or runs the reply.
 """

@@ -247,7 +247,7 @@ def markup_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 async def test_reply_text_is_escaped_in_pieces_and_snapshots(world: World, markup_model: list[str]) -> None:
-    """TEXT is HTML-escaped (WIRE.md), in a piece and in a streaming reply's snapshot: the
+    """TEXT is HTML-escaped (docs/wire.md), in a piece and in a streaming reply's snapshot: the
     client's checker reads each as sent before unescaping, so text with `<hi>` or a bare
     `&` sent raw is caught even though it would unescape to the same characters."""
     await slow(world)

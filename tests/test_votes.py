@@ -1,5 +1,5 @@
 """Votes on assistants' replies, and what they decide (docs/wire.md, "vote";
-docs/architecture.md, "votes"): over real WebSocket clients, the real openai client and
+docs/architecture.md#a-votes): over real WebSocket clients, the real openai client and
 the simulated model (its recorded requests show what history the next turn was sent).
 The cross-process case is in tests/test_votes_cluster.py."""
 

@@ -1,8 +1,7 @@
 """An agent run: plan, steps that call tools, a check after each, re-plan, a final answer.
 
 Pure, like generation.py: no HTML, no channel layer, no ORM. It is handed how to call
-the model, where the run's log and the answer go, and the tools (docs/architecture.md,
-"agents"):
+the model, where the run's log and the answer go, and the tools (docs/architecture.md#a-agents):
 
     plan call ──────────────────────────────> log  "▸ Plan"
     step call (tools) ─ tool_calls ─> tools, in parallel, each cut at its timeout

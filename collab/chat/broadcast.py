@@ -41,7 +41,7 @@ def _layer() -> Any:
 
 def _group(room_id: int, frame: RoomFrame) -> str:
     """The room's group; a personal reply's frames (`to`: its recipient) go to the
-    recipient's own sockets in the room only (docs/architecture.md, "personal replies")."""
+    recipient's own sockets in the room only (docs/architecture.md#a-personal-replies)."""
     to = frame.get("to")
     return room_group(room_id) if to is None else member_group(room_id, to)
 
@@ -57,7 +57,7 @@ async def piece_to_room(
     room_id: int, reply_id: int, text: str, at_bytes: int, frame: RoomFrame, thinking: bool = False
 ) -> None:
     """A reply's piece: recorded in the shared state (its text so far), then sent to the
-    room, in that order (docs/architecture.md, "reconnects"). On the Redis pub/sub layer
+    room, in that order (docs/architecture.md#a-reconnects). On the Redis pub/sub layer
     with the shared state in the same Redis, both happen in one command: the channel
     layer's own message, published by a script that first appends the text."""
     metrics.FRAMES.labels(frame["kind"]).inc()

@@ -100,7 +100,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def _send_snapshot(self) -> None:
         """Join the room's groups, then send its snapshot. Joining first: every frame sent
         from then on is held for this socket until the snapshot is out, and `floors` drops
-        the ones the snapshot already holds (docs/architecture.md, "reconnects"). Joining
+        the ones the snapshot already holds (docs/architecture.md#a-reconnects). Joining
         is idempotent: a resync joins again, in case the layer lost its groups."""
         assert self.room_id is not None and self.user_id is not None
         if self._held is None:
@@ -176,14 +176,14 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Frames touch no database: skip Channels' per-event aclose_old_connections()
-        # (a thread hop per member per frame, docs/architecture.md).
+        # (a thread hop per member per frame, docs/architecture.md#a-streaming-path).
         if message["type"] == "room.frame":
             self.take_frame(message, None)  # type: ignore[arg-type]
         elif message["type"] == "websocket.receive":
             # Nor for a member's action: it is only queued (`receive`), and its database work
             # goes through database_sync_to_async, which closes old connections itself. The
             # hop waited for the database thread before a post was even read, behind any
-            # other reply's store (docs/architecture.md, "The first token off the storage path").
+            # other reply's store (docs/architecture.md#a-early-requests).
             await self.websocket_receive(message)
         else:
             await super().dispatch(message)

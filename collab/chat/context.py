@@ -11,8 +11,8 @@ from collab.llm.client import ChatMessage
 
 class HistoryRow(NamedTuple):
     """One message of a reply's history as the database row's columns (HISTORY_COLUMNS),
-    not a model instance: 60 rows read in 0.65 ms, 60 deferred Messages in 1.2 ms
-    (docs/benchmarks.md, "The post path's reads")."""
+    not a model instance, which costs the ORM more to build and is read on every post
+    (docs/benchmarks/2026-12-03.md#b-post-reads)."""
 
     id: int
     seq: int

@@ -21,7 +21,7 @@ def room_group(room_id: int) -> str:
 
 def member_group(room_id: int, user_id: int) -> str:
     """One member's sockets in one room, on every process: where a personal reply's
-    frames go until it is shared (docs/architecture.md, "personal replies")."""
+    frames go until it is shared (docs/architecture.md#a-personal-replies)."""
     return f"room.{room_id}.user.{user_id}"
 
 

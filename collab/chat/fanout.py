@@ -1,7 +1,7 @@
 """A room's frames to this process's sockets: one receive per room per process.
 
 Through Channels' groups, every frame costs each socket of the room a queue put, a task
-wake-up, a decode of the message and a dispatch (docs/benchmarks.md, "Fan-out"). Here
+wake-up, a decode of the message and a dispatch (docs/benchmarks/2026-12-03.md#b-fanout-hub). Here
 the process joins each room's group once, with a channel of its own (a hub), and hands
 every event to the room's sockets in one loop of plain calls: a frame is made into
 WebSocket bytes once (wsbytes.py) and written to each socket at once (Outbox.offer) or

@@ -352,18 +352,17 @@ def start_with_server() -> None:
 
 # The youngest generation is collected once this many more container objects were made than
 # freed (CPython's default: 700). A streaming process holds thousands alive at any instant
-# (each read's chunks, each window's frames), so at 700 it collected ~35 times a second,
+# (each read's chunks, each window's frames), so at 700 it is collected many times a second,
 # promoting what was merely in flight into the older generations and their long walks;
-# at 10,000 it is ~1 a second and the collector's share of the CPU fell from 2.4% to 0.4%
-# (docs/benchmarks.md, "Issue 9, the collector's young generation").
+# at 10,000 far less often (docs/benchmarks/2026-12-04.md#b-young-gc).
 YOUNG_GC_THRESHOLD = 10_000
 
 
 def freeze_startup_heap() -> None:
     """Out of the cyclic garbage collector's sight: everything alive once the server is up
-    (Django, the modules, the settings). A full collection walked all of it (~170,000
-    objects, up to 140 ms with the event loop stopped); now it walks only what the running
-    server made (17-19 ms under load; docs/benchmarks.md, "Garbage collection"). Then the
+    (Django, the modules, the settings), which a full collection would otherwise walk
+    with the event loop stopped; it walks only what the running server made
+    (docs/benchmarks/2026-12-03.md#b-gc-freeze). Then the
     young generation's threshold is raised (YOUNG_GC_THRESHOLD)."""
     gc.collect()
     gc.freeze()

@@ -1,4 +1,4 @@
-"""One socket's outbound frames, bounded (docs/architecture.md, "Slow clients").
+"""One socket's outbound frames, bounded (docs/architecture.md#a-slow-clients).
 
 Frames go straight to the socket while its connection keeps up. When the connection's
 send buffer fills (the client reads slower than the room streams), Twisted pauses the
@@ -76,7 +76,7 @@ class Outbox:
         when the connection keeps up and nothing waits before it; False when the caller
         must `await put(html)` instead. What Channels' `send` would do, less its three
         layers of calls (the consumer's, the session middleware's, Daphne's dispatch)
-        (docs/benchmarks.md, "Nothing lost"). `frame`: the frame's WebSocket bytes,
+        (docs/benchmarks/2026-12-02.md#b-nothing-lost). `frame`: the frame's WebSocket bytes,
         built once for a room's sockets (collab/chat/fanout.py, wsbytes.py), written to
         the transport as they are; else autobahn's own `sendMessage` frames the text."""
         protocol = self._protocol

@@ -1,8 +1,8 @@
-"""The post path's reads, their SQL compiled once (docs/benchmarks.md, "Issue 9, the post
-path's reads compiled once").
+"""The post path's reads, their SQL compiled once
+(docs/benchmarks/2026-12-05.md#b-post-reads-compiled).
 
-Django compiles a queryset's SQL and resolves its columns every time it runs: about
-0.8 ms of Python a read on this machine, where the statement itself takes 0.05 ms. A
+Django compiles a queryset's SQL and resolves its columns every time it runs, in Python
+that costs many times what the statement itself takes. A
 `Prepared` read is a queryset compiled once per database connection, with stand-in
 parameters; each run executes that SQL with the real ones, and Django's own compiler
 turns the rows into what the queryset would give (the backend's converters, the model
@@ -10,7 +10,7 @@ instances and their `select_related` ones, or `values_list` tuples). So a read i
 queryset it is written as, and tests/test_prepared.py checks that both give the same.
 
 Only for the reads that run on every post, and the writes that end every reply
-(`PreparedUpdate`: 0.2 ms of compiling a write, where its statement takes 0.03); anything
+(`PreparedUpdate`, docs/benchmarks/2026-12-05.md#b-end-writes-compiled); anything
 else goes through the ORM.
 """
 

@@ -22,7 +22,7 @@ def _split_urls(value: str) -> tuple[str, str]:
 
 
 def default_endpoint_settings() -> dict[str, Any]:
-    """The default provider as WIRE.md configures it: COLLAB_LLM_* first, then
+    """The default provider as docs/wire.md configures it: COLLAB_LLM_* first, then
     OPENAI_API_KEY alone for the OpenAI API, else the embedded local model."""
     if settings.COLLAB_LLM_BASE_URL:
         base_url, extra = _split_urls(settings.COLLAB_LLM_BASE_URL)

@@ -2,11 +2,11 @@
 
 Daphne's WebSocket protocol (autobahn) builds each frame anew for each socket:
 `sendMessage` checks its arguments and state, counts traffic, looks for compression and
-fragmentation, then `sendFrame` packs the header and `sendData` writes it: 6.6% of the server's GIL
-time at 16 replies, once per member per frame (docs/benchmarks.md, "Issue 9, lever 3
-again", "A room frame's bytes made once"). A
-server's text frame is the same bytes for every socket that negotiated no compression
-(Daphne accepts none) and is not masked (servers never mask): the header and payload
+fragmentation, then `sendFrame` packs the header and `sendData` writes it, once per
+member per frame: a share of the server's CPU worth sparing
+(docs/benchmarks/2026-12-04.md#b-frame-bytes-once). A server's text frame is the same
+bytes for every socket that negotiated no compression (Daphne accepts none) and is not
+masked (servers never mask): the header and payload
 are joined here once per room frame, and `outbox.Outbox.offer` hands them to the
 socket's transport as they are, where autobahn's own sending would have written the
 same bytes. A socket where that does not hold is sent the payload the usual way.

@@ -1,5 +1,4 @@
-"""A model request sent before its reply exists (docs/architecture.md, "The first token
-off the storage path").
+"""A model request sent before its reply exists (docs/architecture.md#a-early-requests).
 
 The caller guesses a reply's request from what it already knows, sends it, and goes on
 storing the post. Once the reply's job is built from what was stored, `stream_chat`

@@ -1,4 +1,4 @@
-"""Read collab's server frames as a client does (WIRE.md), and check each reply's integrity.
+"""Read collab's server frames as a client does (docs/wire.md), and check each reply's integrity.
 
 Imports nothing from the app: the load generator and the tests both use it, and both
 see only what goes over the wire.
@@ -17,7 +17,7 @@ from collab.loadtest.wire import ERROR_RE as _ERROR
 from collab.loadtest.wire import SNAPSHOT_PREFIX as _SNAPSHOT
 
 _DELTA = re.compile(r'<div id="msg-(\d+)-body" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>', re.S)
-# In HTML-escaped text (WIRE.md: a piece's TEXT, a streaming reply's raw body) `<` and `>`
+# In HTML-escaped text (docs/wire.md: a piece's TEXT, a streaming reply's raw body) `<` and `>`
 # never appear as themselves, and every `&` starts a character reference.
 _NOT_ESCAPED = re.compile(r"[<>]|&(?!(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);)")
 

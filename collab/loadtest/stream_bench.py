@@ -13,8 +13,8 @@ the SDK (collab/llm/client.py), `--loop` the event loop (Daphne runs on uvloop:
 collab/web.py). `--window-ms` reads as the streaming engine does, once a window (each
 stream's pieces go to a coalescer of that window whose reader waits for its tick,
 `Coalescer.pace`; `--no-pace` pushes to the coalescer as the engine did before, at every
-socket read); 0: no coalescer. docs/benchmarks.md, "The model stream below
-the SDK" and "Issue 9, a window's read", has the figures.
+socket read); 0: no coalescer. Its figures: docs/benchmarks/2026-12-03.md#b-aiohttp and
+docs/benchmarks/2026-12-05.md#b-window-read.
 """
 
 from __future__ import annotations

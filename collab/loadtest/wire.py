@@ -1,4 +1,4 @@
-"""Server frames (WIRE.md) parsed once per distinct frame, for the load generator.
+"""Server frames (docs/wire.md) parsed once per distinct frame, for the load generator.
 
 Every member of a room receives the same bytes for the same frame, so a room parses a
 frame the first time one of its members receives it and the others look it up by its
@@ -19,7 +19,7 @@ _DELTA = re.compile(
     rb'<div id="msg-(\d+)-body" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>',
     re.S,
 )
-# Not HTML-escaped (WIRE.md: a piece's TEXT is): `<`, `>`, or an `&` that starts no
+# Not HTML-escaped (docs/wire.md: a piece's TEXT is): `<`, `>`, or an `&` that starts no
 # character reference.
 _NOT_ESCAPED = re.compile(rb"[<>]|&(?!(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);)")
 ARTICLE_RE = re.compile(r"<article ([^>]*)>(.*?)</article>", re.S)

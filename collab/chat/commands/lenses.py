@@ -1,4 +1,4 @@
-"""`lens` and `share` (docs/wire.md; docs/architecture.md, "personal replies"): a member
+"""`lens` and `share` (docs/wire.md; docs/architecture.md#a-personal-replies): a member
 sets their personal lens in a room, and shares a personal reply made for them."""
 
 from __future__ import annotations

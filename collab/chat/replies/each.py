@@ -1,5 +1,5 @@
 """`/each QUESTION`: one personal reply per member who has a lens, all in parallel
-(docs/architecture.md, "personal replies"; docs/wire.md, "/each").
+(docs/architecture.md#a-personal-replies; docs/wire.md, "/each").
 
 Posting (actions/posting.py) asks `plan` whether a message is an `/each` and, if so,
 stores the question with `create` instead of the usual placeholders: for every member

@@ -1,4 +1,4 @@
-"""The first token off the storage path (docs/architecture.md): a post's model requests
+"""The first token off the storage path (docs/architecture.md#a-early-requests): a post's model requests
 are sent before the post is stored, from what this process already knows of the room.
 
     posting.post_message ─> guess(known, assistants, author, text)   requests sent (llm/early.py)

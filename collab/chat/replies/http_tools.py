@@ -1,4 +1,4 @@
-"""HTTP tools registered by staff (models.Tool; docs/architecture.md, "agents"): the call's
+"""HTTP tools registered by staff (models.Tool; docs/architecture.md#a-agents): the call's
 arguments are POSTed as JSON to the tool's URL, the response text is the result.
 
 Only enabled tools attached to the assistant are offered. The key, when the tool names

@@ -35,7 +35,7 @@ _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII digits only: "²".isdigit() is Tru
 def read_history(room: Room, answered: Message) -> list[HistoryRow]:
     """The room's messages up to `answered`, oldest first: only what the context needs, and
     no more messages than a budget could hold. Shared messages only: nobody's personal
-    replies (docs/architecture.md, "personal replies")."""
+    replies (docs/architecture.md#a-personal-replies)."""
     return [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq)[::-1]]
 
 

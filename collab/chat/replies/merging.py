@@ -1,5 +1,5 @@
 """Merging the approved parallel answers to one message into one reply (docs/wire.md,
-"merge"; docs/architecture.md, "votes and merge").
+"merge"; docs/architecture.md#a-merge).
 
     merge        the command (commands/replies.py): the posting rate, the member, the
                  question (a message of this room they can see), the room open; then

@@ -160,7 +160,8 @@ def store_post(
         with transaction.atomic():
             membership = member() if member is not None else _membership(room_id, user_id)
             # A repeat of a client_id is not looked for first: the unique constraint turns it
-            # into the IntegrityError below (one statement less per post, docs/benchmarks.md).
+            # into the IntegrityError below (one statement less per post,
+            # docs/benchmarks/2026-12-04.md#b-post-statements).
             room = membership.room
             rooms.check_open(room)
             assistants, unknown, in_room = _invoked(room, text)
@@ -198,7 +199,7 @@ def store_post(
             raise
         return PostResult(existing, created=False), [], []
     # The context is read after the commit, not inside the write transaction: the room's
-    # write lock is held for the writes alone (docs/benchmarks.md, "The post path"). Its
+    # write lock is held for the writes alone (docs/benchmarks/2026-12-03.md#b-post-path). Its
     # history ends at this post's seq, so a post stored meanwhile is not in it.
     try:
         jobs = []

@@ -5,7 +5,7 @@
     RoomSink.finish    ─> database (only if still streaming) ─> broadcast "final" ─> shared.end
 
 It keeps the live text in the shared state, a checkpoint in the database at most
-CHECKPOINT_S behind, and stores how the reply ended (docs/architecture.md, "reconnects").
+CHECKPOINT_S behind, and stores how the reply ended (docs/architecture.md#a-reconnects).
 """
 
 from __future__ import annotations
@@ -267,8 +267,9 @@ _CHANGED = Prepared(
 def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | None) -> Message | None:
     """The reply as stored, for its final article. From the placeholder the post created
     (its question, assistant and recipient loaded with it) and one narrow read of what may
-    have changed meanwhile, the question's edit among it (rendering.answers_edited): 0.3 ms
-    where the row read again with its three relations takes 1.4 (docs/benchmarks.md). Read
+    have changed meanwhile, the question's edit among it (rendering.answers_edited): a
+    fraction of reading the row again with its three relations
+    (docs/benchmarks/2026-12-04.md#b-post-statements). Read
     whole when there is no placeholder, or it was deleted, shared or orphaned meanwhile."""
     if placeholder is not None:
         found = _CHANGED.values(reply_id)

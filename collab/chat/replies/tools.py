@@ -1,4 +1,4 @@
-"""The tools an agent may call (docs/architecture.md, "agents"): the built-ins, always
+"""The tools an agent may call (docs/architecture.md#a-agents): the built-ins, always
 there, and the HTTP tools staff registered (http_tools.py), enabled and attached
 to that assistant.
 

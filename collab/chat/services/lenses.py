@@ -1,4 +1,4 @@
-"""Personal lenses (docs/architecture.md, "personal replies"): checked, shown, and told
+"""Personal lenses (docs/architecture.md#a-personal-replies): checked, shown, and told
 to the model of a personal reply. Setting one and sharing a personal reply are the
 `lens` and `share` commands (commands/lenses.py).
 

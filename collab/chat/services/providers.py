@@ -19,7 +19,7 @@ from collab.llm.pool import ProviderConfig
 
 
 def ensure_default_assistant() -> Assistant:
-    """Providers follow the environment: "default" (WIRE.md) and those in COLLAB_PROVIDERS,
+    """Providers follow the environment: "default" (docs/wire.md) and those in COLLAB_PROVIDERS,
     each with an assistant of the same handle. Returns the default assistant, which
     new rooms get."""
     provider, _ = Provider.objects.update_or_create(name="default", defaults=default_endpoint_settings())

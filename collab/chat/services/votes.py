@@ -1,5 +1,5 @@
-"""What votes on assistants' replies decide (docs/wire.md, "vote"; docs/architecture.md,
-"votes"): a reply's verdict, the approved answers a merge takes, and the history an
+"""What votes on assistants' replies decide (docs/wire.md, "vote"; docs/architecture.md#a-votes):
+a reply's verdict, the approved answers a merge takes, and the history an
 assistant is sent. The vote itself is commands/votes.py; its bar, votebar.py.
 
 Verdicts: "rejected" when down > up; "approved" when the room's rule passes:

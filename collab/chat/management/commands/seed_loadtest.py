@@ -1,5 +1,5 @@
 """Create (idempotently) rooms, member accounts and assistants for tests, demos and load
-tests, and write the credentials as JSON (WIRE.md)."""
+tests, and write the credentials as JSON (docs/wire.md)."""
 
 from __future__ import annotations
 
