@@ -1,4 +1,4 @@
-"""Agents' tools (collab/chat/actions/tools.py, http_tools.py, calculator.py): the
+"""Agents' tools (collab/chat/replies/tools.py, http_tools.py, calculator.py): the
 calculator refuses anything but arithmetic; each built-in is authorised against the
 asker at call time (a room they are not in, another member's personal reply); bad
 arguments are a ToolError; HTTP tools are called for real, against a local HTTP server;

@@ -1,4 +1,4 @@
-"""The first token off the storage path (issue 9, lever 2; chat/early.py): a question's
+"""The first token off the storage path (issue 9, lever 2; chat/replies/early.py): a question's
 model request is sent before the question is stored, from what this process knows of
 the room, and taken by its reply only if it is the very request the stored context
 makes. Against the simulated model, through the real openai client."""
@@ -149,7 +149,7 @@ async def test_guessing_can_be_turned_off(world: World, sim: tuple[str, Any], mo
         assert (count("taken"), count("wasted")) == (taken, wasted)
 
 
-# --- the request itself (llm/early.py) ------------------------------------------------------------
+# --- the request itself (llm/early_request.py) ------------------------------------------------------------
 
 
 async def test_stream_chat_takes_a_request_that_fits_and_cancels_one_that_does_not(sim: tuple[str, Any]) -> None:

@@ -6,7 +6,7 @@ answers: `merge.not_enough`. Refused (nothing stored, no model asked): a non-mem
 a locked room, a spent budget, read-only staff, another room's message, bad ids.
 
 The votes are made directly in the database (Vote rows and the reply's counts, as
-actions/votes.py keeps them, with the verdict of the room's rule: votes.verdict_of)."""
+services/votes.py keeps them, with the verdict of the room's rule: votes.verdict_of)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The post path's reads compiled once (actions/prepared.py) give what their querysets give:
+"""The post path's reads compiled once (prepared.py) give what their querysets give:
 the same rows, the same converted values, the same related instances, in one statement
 each. Run on SQLite and on PostgreSQL (CI runs the suite on both)."""
 

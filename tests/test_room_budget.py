@@ -213,7 +213,7 @@ async def test_a_reply_in_a_room_known_to_have_no_budget_reads_nothing_for_it(
 
 @memory
 async def test_a_budget_set_on_a_known_room_is_shown_after_the_next_reply(world: World) -> None:
-    """The admin saves the room: every process forgets what it knew of it (chat/early.py),
+    """The admin saves the room: every process forgets what it knew of it (chat/replies/early.py),
     so the next reply's end reads the budget and shows it."""
     from collab.chat.replies import early
 

@@ -59,7 +59,7 @@ async def tag_texts(replies: list[Message]) -> list[str]:
         tag = f"ANSWER-{r.author_name}-{uuid.uuid4().hex[:8]}"
         await Message.objects.filter(pk=r.pk).aupdate(text=tag, html=f"<p>{tag}</p>")
         tags.append(tag)
-    if replies:  # written behind the app's back: said as a change without a frame is (chat/early.py)
+    if replies:  # written behind the app's back: said as a change without a frame is (chat/replies/early.py)
         await database_sync_to_async(early.changed)(replies[0].room_id)
     return tags
 

@@ -57,11 +57,11 @@ VERDICT = re.compile(r"^\W*(?:verdict\W*)?(not\s+on[ _-]?plan|on[ _-]?plan|re-?p
 
 
 class ToolFailed(Exception):
-    """A tool's own error (actions/tools.ToolError): its message goes to the model and the room."""
+    """A tool's own error (replies/tools.ToolError): its message goes to the model and the room."""
 
 
 class Tools(Protocol):
-    """What the run may call (actions/tools.Toolbox)."""
+    """What the run may call (replies/tools.Toolbox)."""
 
     def schemas(self) -> list[dict[str, Any]]: ...
 

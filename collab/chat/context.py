@@ -57,14 +57,14 @@ def build_context(
         f"{system}\n\nYou are @{assistant.handle} ({assistant.display_name}) in the room "
         f'"{room.name}". Messages from people start with their name.'
     ).strip()
-    if lens:  # a personal reply (`/each`): written for one member, with their lens (actions/lenses.py)
+    if lens:  # a personal reply (`/each`): written for one member, with their lens (services/lenses.py)
         system = f"{system}\n\n{lens}"
     turns: list[ChatMessage] = []
     used = 0
     for message in reversed(history):
         if message.role == Message.Role.ASSISTANT and message.status == Message.Status.STREAMING:
             continue
-        if not message.text:  # nothing said yet, or deleted (a tombstone: actions/editing.py)
+        if not message.text:  # nothing said yet, or deleted (a tombstone: commands/editing.py)
             continue
         if message.role == Message.Role.ASSISTANT and message.assistant_id == assistant.id:
             turn: ChatMessage = {"role": "assistant", "content": message.text}

@@ -93,7 +93,7 @@ class ProcessPing(TypedDict):
 
 class ContextChanged(TypedDict):
     """What replies' context is built from changed without a frame (a room's settings, an
-    assistant, a provider): every process forgets what it knew (chat/early.py)."""
+    assistant, a provider): every process forgets what it knew (chat/replies/early.py)."""
 
     type: Literal["context.changed"]
     room_id: int | None  # None: any room (an assistant or a provider changed)

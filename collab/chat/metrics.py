@@ -30,6 +30,6 @@ LOOP_LAG = Histogram(
 )
 EARLY_REQUESTS = Counter(
     "collab_early_requests",
-    "Model requests sent before their post was stored (chat/early.py): taken by their reply, or wasted",
+    "Model requests sent before their post was stored (chat/replies/early.py): taken by their reply, or wasted",
     ["outcome"],
 )

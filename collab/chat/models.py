@@ -279,7 +279,7 @@ class Message(models.Model):
     # Votes on an assistant's reply, counted from Vote rows in the same transaction as each vote.
     votes_up = models.PositiveIntegerField(default=0)
     votes_down = models.PositiveIntegerField(default=0)
-    # What the votes decided when last counted (actions/votes.py: "approved", "rejected" or ""),
+    # What the votes decided when last counted (services/votes.py: "approved", "rejected" or ""),
     # and who voted what, when (kept with the counts, so pages render them without a query).
     verdict = models.CharField(max_length=8, blank=True)
     votes_by = models.JSONField(default=list, blank=True)

@@ -350,7 +350,7 @@ async def stream_chat(
     ("none": the model must answer in text, though the request holds tool turns; unset:
     the provider's default, "auto").
 
-    `early`: this request, if it was already sent (llm/early.py) to this endpoint with
+    `early`: this request, if it was already sent (llm/early_request.py) to this endpoint with
     this very body; it is taken instead of a new one, else cancelled.
 
     `pace`: called after each list for a wait, awaited before the stream is read again,

@@ -167,7 +167,7 @@ async def stream_reply(
 
     `on_queued(position)` is awaited if the request must wait for a slot,
     `on_started(base_url)` when a request is sent to an endpoint. `early`: the request,
-    already sent (llm/early.py); its endpoint is tried first if healthy, and takes it if
+    already sent (llm/early_request.py); its endpoint is tried first if healthy, and takes it if
     it fits, else it is cancelled.
     """
     pool = pool_for(config)

@@ -1,7 +1,7 @@
 """Agents in a room: an agent assistant's plan and tools for one run, and the review
 of one assistant's answer by another (`@critic review @planner`, docs/wire.md "agents").
 
-The run itself is chat/agent.py (pure); the tools are actions/tools.py.
+The run itself is chat/agent.py (pure); the tools are replies/tools.py.
 """
 
 from __future__ import annotations

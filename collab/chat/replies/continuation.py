@@ -96,7 +96,7 @@ def store_continue(reply: Message) -> tuple[Message, ReplyJob, int, int]:
         reply.status, reply.finish_reason, reply.error, reply.finished_at = Message.Status.STREAMING, "", "", None
         job = reply_jobs(room, [reply], question)[0]
         job.agent = None  # a continuation goes on with the text, never as a new agent run
-        if reply.merge_of:  # a merge goes on from the answers it drew from (actions/merging.py)
+        if reply.merge_of:  # a merge goes on from the answers it drew from (replies/merging.py)
             merging.redo(reply, job, reply.merge_of)
         # A reply cut off while it was still thinking has no answer yet: no empty assistant turn.
         partial: list[ChatMessage] = [{"role": "assistant", "content": reply.text}] if reply.text else []

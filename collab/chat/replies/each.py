@@ -1,11 +1,11 @@
 """`/each QUESTION`: one personal reply per member who has a lens, all in parallel
 (docs/architecture.md#a-personal-replies; docs/wire.md, "/each").
 
-Posting (actions/posting.py) asks `plan` whether a message is an `/each` and, if so,
+Posting (replies/posting.py) asks `plan` whether a message is an `/each` and, if so,
 stores the question with `create` instead of the usual placeholders: for every member
 with a lens, one placeholder per assistant, with that member as its recipient. The
 question is the room's; each reply is its recipient's alone until they share it
-(actions/lenses.py): its "new", pieces, state and final go to their member group only.
+(services/lenses.py): its "new", pieces, state and final go to their member group only.
 
 Which assistants: those @mentioned (or @all); when none is, the room's default
 assistant: the first (by handle) of its assistants marked "default" (Assistant.is_default,

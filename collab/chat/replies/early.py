@@ -1,7 +1,7 @@
 """The first token off the storage path (docs/architecture.md#a-early-requests): a post's model requests
 are sent before the post is stored, from what this process already knows of the room.
 
-    posting.post_message ─> guess(known, assistants, author, text)   requests sent (llm/early.py)
+    posting.post_message ─> guess(known, assistants, author, text)   requests sent (llm/early_request.py)
                          ─> store_post (the database thread) ─> remember / posted   what was read and stored
                          ─> adopt(guesses, jobs)   a job whose request is the very one sent takes it;
                                                    every other guess is cancelled (a wasted request)

@@ -3,7 +3,7 @@ start: the model request first, then its announcement.
 
     start_and_announce ─> generation.registry.start(job, RoomSink)   the model request starts
                        ─> shared.begin (text "", owner lease) ─> broadcast "new"   then pieces flow
-    then each piece, thought and the outcome go to the reply's sink (actions/sink.py)
+    then each piece, thought and the outcome go to the reply's sink (replies/sink.py)
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def read_history(room: Room, answered: Message) -> list[HistoryRow]:
     return [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq)[::-1]]
 
 
-# Its SQL compiled once (actions/prepared.py): it runs on every post that asks.
+# Its SQL compiled once (prepared.py): it runs on every post that asks.
 _HISTORY = Prepared(
     lambda room_id, seq: (
         Message.objects.filter(room_id=room_id, seq__lte=seq)
@@ -107,7 +107,7 @@ async def start_and_announce(
     jobs: list[ReplyJob], room_id: int, frame: RoomFrame, *more: RoomFrame, placeholders: Sequence[Message] = ()
 ) -> None:
     """Start the replies' model requests, then announce their articles (`more`: the
-    personal replies' own "new" frames, actions/each.py): the announcement overlaps the
+    personal replies' own "new" frames, replies/each.py): the announcement overlaps the
     model's time to first token, and no piece is sent before it. `placeholders`: the
     replies as just created, kept by their sinks for their final articles."""
     created = {p.id: p for p in placeholders}

@@ -89,7 +89,7 @@ def merge_job(job: ReplyJob, answers: list[Message], budget_chars: int) -> None:
 
 def redo(reply: Message, job: ReplyJob, sources: list[int]) -> None:
     """A merge asked again (regenerate: `reply` is its new placeholder) or continued
-    (actions/continuation.py): the same answers it drew from, those still there, labelled
+    (replies/continuation.py): the same answers it drew from, those still there, labelled
     as before, in the job's request; its merge_of kept. Fewer than two left:
     merge.not_enough (raised inside the caller's transaction: nothing stored)."""
     answers = list(

@@ -83,7 +83,7 @@ def mentions(text: str) -> list[str]:
     return list(seen)
 
 
-# The post path's reads, their SQL compiled once (actions/prepared.py): the member with
+# The post path's reads, their SQL compiled once (prepared.py): the member with
 # the user and the room, and the room's assistants with their providers.
 def _member(room_id: int, user_id: int) -> QuerySet[Membership]:
     return Membership.objects.select_related("user", "room").filter(room_id=room_id, user_id=user_id)[:1]
@@ -168,7 +168,7 @@ def store_post(
             review = agents.review_of(text, assistants)  # `@critic review @planner`: the critic alone
             if review is not None:
                 assistants = [review.reviewer]
-            personal = each.plan(room, text, assistants, mentions(text))  # `/each` (actions/each.py)
+            personal = each.plan(room, text, assistants, mentions(text))  # `/each` (replies/each.py)
             if personal is not None:
                 assistants = personal.assistants
             refused = None
@@ -243,7 +243,7 @@ def _fail(placeholders: list[Message], error: str) -> None:
 
 def _guess(room_id: int, author_name: str, text: str) -> list[early.Guess]:
     """Send the post's model requests now if this process knows the room well enough to
-    guess them (chat/early.py); a post it cannot guess goes the stored way alone, and so
+    guess them (chat/replies/early.py); a post it cannot guess goes the stored way alone, and so
     does one whose guess fails (a guess never fails a post)."""
     known = early.known(room_id)
     if known is None or not early.enabled() or each.is_each(text):

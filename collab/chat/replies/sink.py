@@ -246,19 +246,19 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Mess
         return None
     message = _as_stored(job.message_id, fields, placeholder)
     if message is not None:
-        early.ended(message)  # the room's history as this process knows it (chat/early.py)
+        early.ended(message)  # the room's history as this process knows it (chat/replies/early.py)
     return message
 
 
 # A reply still streaming, the one its checkpoints and its end write to, that write's SQL
-# compiled once (actions/prepared.py): every reply's end, and a long reply's every second.
+# compiled once (prepared.py): every reply's end, and a long reply's every second.
 _STREAMING = PreparedUpdate(lambda reply_id: Message.objects.filter(pk=reply_id, status=Message.Status.STREAMING), 1)
 
 # What may change in a reply's row while it streams, besides what its end writes: the votes
 # cast meanwhile, a tombstone, a personal reply shared with the room, its question deleted
 # by staff (the admin's delete: reply_to is SET_NULL).
 _MEANWHILE = ("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id", "reply_to_id")
-# That read, with the question's edit, its SQL compiled once (actions/prepared.py): every reply's end.
+# That read, with the question's edit, its SQL compiled once (prepared.py): every reply's end.
 _CHANGED = Prepared(
     lambda reply_id: Message.objects.filter(pk=reply_id).values_list(*_MEANWHILE, "reply_to__edited_at")[:1], 1
 )

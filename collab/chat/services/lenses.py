@@ -3,7 +3,7 @@ to the model of a personal reply. Setting one and sharing a personal reply are t
 `lens` and `share` commands (commands/lenses.py).
 
 A member's lens ("answer me in Spanish") is theirs in one room (Membership.lens). `/each`
-(actions/each.py) makes one reply per member who has one; each is stored with its
+(replies/each.py) makes one reply per member who has one; each is stored with its
 recipient and stays theirs alone (frames, snapshot, pages, history sent to models) until
 they share it: then it is an ordinary message of the room, shown to everyone at its seq.
 """
@@ -19,7 +19,7 @@ from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
 
 MAX_LENS_CHARS = 500  # Membership.lens's max_length
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # as actions/posting.py: PostgreSQL refuses NUL
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # as replies/posting.py: PostgreSQL refuses NUL
 _lens = get_template("chat/_lens.html")
 
 
@@ -53,7 +53,7 @@ def lens_prompt(username: str, lens: str) -> str:
 
 
 def personal_lenses(room: Room, replies: Iterable[Message]) -> dict[int | None, str]:
-    """The lens prompt of each personal reply's recipient, by user id (actions.replies)."""
+    """The lens prompt of each personal reply's recipient, by user id (replies/jobs.py)."""
     ids = {r.recipient_id for r in replies if r.recipient_id is not None}
     if not ids:
         return {}
