@@ -10,6 +10,7 @@ once it has committed (`after_commit`): never a frame for a write that rolled ba
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -101,6 +102,12 @@ def after_commit(room_id: int, frame: RoomFrame | RoomClosed) -> None:
     Robust: the change is stored whatever the channel layer does; its pages converge at
     their next snapshot (a failure is logged, not raised)."""
     transaction.on_commit(lambda: to_room_sync(room_id, frame), robust=True)
+
+
+def after_commit_with(room_id: int, make: Callable[[], RoomFrame]) -> None:
+    """As `after_commit`, the frame made once the transaction has committed (what it
+    shows is read then: the member list as the change left it)."""
+    transaction.on_commit(lambda: to_room_sync(room_id, make()), robust=True)
 
 
 def to_user_after_commit(user_id: int, event: UserEvent) -> None:

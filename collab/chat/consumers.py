@@ -14,10 +14,12 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth import HASH_SESSION_KEY
 
 from collab.chat import broadcast, commands, fanout, metrics, rendering
 from collab.chat.errors import ClientError
 from collab.chat.events import (
+    AccountChanged,
     MembershipEnded,
     RoomClosed,
     RoomFrame,
@@ -79,6 +81,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self.room_id, self.room_slug, self.read_only = found
         self.user_id = user.pk  # type: ignore[union-attr]
         self.username: str = user.get_username()  # type: ignore[union-attr]  # a post's early guess (replies/early.py)
+        session = self.scope.get("session")  # its auth hash: every action checks it against the account
+        self.auth_hash: str | None = session.get(HASH_SESSION_KEY) if session is not None else None
         self.outbox.watch(self.base_send)
         metrics.SOCKETS.inc()
         # Online before joining the group: the others are told, and this socket's own
@@ -284,6 +288,20 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self._tell(rendering.frame_error("session.ended", "You have logged out."))
             await self.close(code=CLOSE_FORBIDDEN)
 
+    async def account_changed(self, event: AccountChanged) -> None:
+        """The user was deactivated or deleted, or their password changed: this socket's
+        session no longer holds, unless it is the one that changed the password (Django
+        keeps that session's hash current: update_session_auth_hash)."""
+        assert self.user_id is not None
+        session = self.scope.get("session")
+        key = session.session_key if session is not None else None
+        refusal, self.auth_hash = await database_sync_to_async(sessions.socket_refusal)(
+            self.user_id, key, self.auth_hash
+        )
+        if refusal is not None:
+            await self._tell(rendering.frame_error("session.ended", refusal))
+            await self.close(code=CLOSE_FORBIDDEN)
+
     async def membership_ended(self, event: MembershipEnded) -> None:
         if event["room_id"] == self.room_id:
             code, text = ENDED.get(event["reason"], ENDED["left"])
@@ -314,6 +332,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 await self._act(text_data)
             except ClientError as exc:
                 await self._tell(rendering.frame_error(exc.code, exc.message))
+                if exc.code == "session.ended":  # the account changed under this socket: it is done
+                    await self.close(code=CLOSE_FORBIDDEN)
             except Exception:
                 log.exception("action failed in room %s", self.room_id)
                 await self._tell(rendering.frame_error("server.error", "Something went wrong; try again."))
@@ -339,6 +359,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
         if runtime.draining:
             raise ClientError("server.restarting", "The server is restarting; your page will reconnect.")
         socket = commands.Socket(
-            self.user_id, self.room_id, self.username, self.channel_name, self._address(), self._tell
+            self.user_id, self.room_id, self.username, self.channel_name, self._address(), self._tell, self.auth_hash
         )
         await commands.dispatch(socket, action, fields)

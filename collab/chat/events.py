@@ -57,7 +57,14 @@ class SessionEnded(TypedDict):
     session_key: str
 
 
-UserEvent = MembershipEnded | SessionEnded
+class AccountChanged(TypedDict):
+    """The user was deactivated or deleted, or their password changed: each of their sockets
+    checks its session against the account as stored and closes if it no longer holds."""
+
+    type: Literal["account.changed"]
+
+
+UserEvent = MembershipEnded | SessionEnded | AccountChanged
 
 
 class RoomClosed(TypedDict):

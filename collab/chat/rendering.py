@@ -26,6 +26,7 @@ from django.conf import settings
 from django.template.base import TextNode, Variable, VariableNode
 from django.template.loader import get_template
 
+from collab.chat import frames
 from collab.chat.events import RoomFrame
 from collab.chat.models import Message, Room
 
@@ -365,7 +366,7 @@ def room_status(status: str, oob: bool = True) -> str:
 
 
 def frame_room_status(room: Room) -> RoomFrame:
-    return {"type": "room.frame", "kind": "other", "html": room_status(room.status)}
+    return frames.other(room_status(room.status))
 
 
 def frame_error(code: str, text: str) -> str:

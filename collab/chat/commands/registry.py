@@ -31,7 +31,7 @@ from django.db.models import QuerySet
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
 from collab.chat.prepared import Prepared
-from collab.chat.services import moderation
+from collab.chat.services import moderation, sessions
 from collab.chat.services.rooms import check_open
 
 T = TypeVar("T")
@@ -98,16 +98,22 @@ class Ref:
 MESSAGE, REPLY = Ref(), Ref(replies=True, noun="reply")
 
 
-def resolve(command: Command, user_id: int, room_id: int, address: str | None, ref: int | None) -> Access:
+def resolve(command: Command, socket: Socket, ref: int | None) -> Access:
     """The checks every action passes before it changes anything (database thread)."""
-    found = _MEMBER.rows(room_id, user_id)
-    if not found or not found[0].user.is_active:
+    found = _MEMBER.rows(socket.room_id, socket.user_id)
+    if not found:
         raise ClientError("room.forbidden", "You are not a member of this room.")
-    access = Access(found[0], None, address)
+    # The account as stored now: deactivated, or its password changed since the socket
+    # opened (its session's auth hash; an HMAC of the row just read, no query).
+    refusal = sessions.account_refusal(found[0].user, socket.auth_hash)
+    if refusal is not None:
+        raise ClientError("session.ended", refusal)
+    access = Access(found[0], None, socket.address)
     if command.power is not None and not moderation.may(access.actor, access.room, command.power):
         moderation.refuse(command.power)
     if command.message is not None and ref is not None:
-        rows = Message.objects.filter(pk=ref, room_id=room_id).visible_to(user_id)  # another's personal reply: none
+        # Another member's personal reply is as if it did not exist.
+        rows = Message.objects.filter(pk=ref, room_id=socket.room_id).visible_to(socket.user_id)
         if command.message.replies:
             rows = rows.filter(role=Message.Role.ASSISTANT).select_related(*_REPLY_RELATED)
         access.message = rows.first()
@@ -169,6 +175,7 @@ class Socket:
     channel_name: str
     address: str | None
     tell: Callable[[str], Awaitable[None]]  # HTML to this socket alone
+    auth_hash: str | None = None  # its session's auth hash at connect (None: not checked)
 
 
 class Ctx:
@@ -184,7 +191,7 @@ class Ctx:
     def check(self) -> Access:
         """The action's Access, resolved and checked on first use (database thread)."""
         if self.access is None:
-            self.access = resolve(self.command, self.user_id, self.room_id, self.socket.address, self._ref)
+            self.access = resolve(self.command, self.socket, self._ref)
         return self.access
 
     async def resolve(self) -> Access:

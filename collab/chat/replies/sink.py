@@ -20,8 +20,7 @@ from channels.db import database_sync_to_async
 from django.db import models
 from django.utils import timezone
 
-from collab.chat import broadcast, rendering, shared
-from collab.chat.events import RoomFrame
+from collab.chat import broadcast, frames, rendering, shared
 from collab.chat.generation import Outcome, ReplyJob
 from collab.chat.markup import render_markdown
 from collab.chat.models import Message
@@ -74,16 +73,7 @@ class RoomSink:
         # The shared text first, then the frame: a member who joins the room's group and
         # then reads the text gets every piece exactly once (consumers.RoomConsumer.floors).
         html = rendering.frame_delta(reply_id, offset, text)
-        frame: RoomFrame = {
-            "type": "room.frame",
-            "kind": "delta",
-            "msg": reply_id,
-            "offset": offset,
-            "end": offset + len(text),
-            "html": html,
-        }
-        if self.job.recipient_id is not None:
-            frame["to"] = self.job.recipient_id
+        frame = frames.delta(reply_id, offset, len(text), html, to=self.job.recipient_id)
         async with self._shared:  # one append or restore at a time: the answer's and the thinking's
             self.pieces.append(text)  # inside: a restore meanwhile must not hold this piece already
             try:
@@ -112,16 +102,8 @@ class RoomSink:
         if not self.announced.is_set():
             await self.announced.wait()
         reply_id = self.job.message_id
-        frame: RoomFrame = {
-            "type": "room.frame",
-            "kind": "delta",
-            "msg": -reply_id,
-            "offset": offset,
-            "end": offset + len(text),
-            "html": rendering.frame_thinking(reply_id, offset, text),
-        }
-        if self.job.recipient_id is not None:
-            frame["to"] = self.job.recipient_id
+        html = rendering.frame_thinking(reply_id, offset, text)
+        frame = frames.delta(-reply_id, offset, len(text), html, to=self.job.recipient_id)
         async with self._shared:  # one append or restore at a time: the answer's and the thinking's
             self.thinking.append(text)
             try:
@@ -184,9 +166,7 @@ class RoomSink:
         try:
             await shared.backend().set_state(reply_id, text)
             html = rendering.frame_state(reply_id, text)
-            frame: RoomFrame = {"type": "room.frame", "kind": "other", "msg": reply_id, "html": html}
-            if self.job.recipient_id is not None:
-                frame["to"] = self.job.recipient_id
+            frame = frames.other(html, msg=reply_id, to=self.job.recipient_id)
             await broadcast.to_room(self.job.room_id, frame)
         except Exception:  # a label is not worth failing the reply for
             log.warning("could not show state %r of reply %s", text, reply_id, exc_info=True)
@@ -295,9 +275,7 @@ def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | 
 
 async def send_final(message: Message) -> None:
     html = rendering.frame_final(message)
-    frame: RoomFrame = {"type": "room.frame", "kind": "final", "msg": message.id, "html": html}
-    if message.recipient_id is not None:  # a personal reply: its recipient's sockets only
-        frame["to"] = message.recipient_id
-    await broadcast.to_room(message.room_id, frame)
+    # A personal reply: its recipient's sockets only.
+    await broadcast.to_room(message.room_id, frames.final(message.id, html, to=message.recipient_id))
     # What is left, live: rooms with a budget only (one this process knows has none: no read).
     await budgets.announce(message.room_id, unlimited=early.known_unlimited(message.room_id))

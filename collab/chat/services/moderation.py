@@ -106,7 +106,7 @@ def _set_status(actor: Actor, room: Room, status: str, action: str, only_from: s
         frame = rendering.frame_room_status(room)
         # Stored and audited whatever follows: with the layer away the pages learn it from
         # their next snapshot (robust: an on_commit failure is logged, not raised).
-        transaction.on_commit(lambda: broadcast.to_room_sync(room.pk, frame), robust=True)
+        broadcast.after_commit(room.pk, frame)
     return bool(changed)
 
 
@@ -167,7 +167,7 @@ def delete(actor: Actor, room: Room) -> None:
     with transaction.atomic():
         record(actor, "delete", room, detail=room.name)
         room.delete()
-        transaction.on_commit(lambda: broadcast.to_room_sync(room_id, event), robust=True)
+        broadcast.after_commit(room_id, event)
 
 
 def stop_all(actor: Actor, room: Room) -> None:

@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.utils.text import slugify
 
-from collab.chat import broadcast, rendering, shared
+from collab.chat import broadcast, frames, rendering, shared
 from collab.chat.errors import ClientError
 from collab.chat.events import MembershipEnded, RoomFrame
 from collab.chat.models import Assistant, Ban, Membership, Room, new_invite_token
@@ -36,23 +36,20 @@ def members_of(room_id: int, online: set[int] | None = None) -> list[dict[str, o
 
 
 def _members_frame(room_id: int, online: set[int]) -> RoomFrame:
-    return {"type": "room.frame", "kind": "other", "html": rendering.frame_members(members_of(room_id, online))}
+    return frames.other(rendering.frame_members(members_of(room_id, online)))
 
 
 async def announce_members(room_id: int, by: str = "") -> None:
     """The member list, with who is online, to the room; `by`: the socket that changed
     it (it is not sent the frame: its own snapshot already shows it)."""
     online = await shared.backend().online(room_id)
-    frame = await database_sync_to_async(_members_frame)(room_id, online)
-    if by:
-        frame["by"] = by
-    await broadcast.to_room(room_id, frame)
+    html = await database_sync_to_async(lambda: rendering.frame_members(members_of(room_id, online)))()
+    await broadcast.to_room(room_id, frames.other(html, by=by))
 
 
 def announce_members_on_commit(room_id: int) -> None:
-    transaction.on_commit(
-        lambda: broadcast.to_room_sync(room_id, _members_frame(room_id, shared.online_sync(room_id))), robust=True
-    )
+    # Read once committed: the list as the change left it.
+    broadcast.after_commit_with(room_id, lambda: _members_frame(room_id, shared.online_sync(room_id)))
 
 
 def allocate_seqs(room_id: int, count: int, open_only: bool = False) -> int:
@@ -187,7 +184,7 @@ def remove_member(room: Room, user: User, reason: str) -> bool:
     if not deleted:
         return False
     ended: MembershipEnded = {"type": "membership.ended", "room_id": room.id, "reason": reason}
-    transaction.on_commit(lambda: broadcast.to_user_sync(user.pk, ended), robust=True)
+    broadcast.to_user_after_commit(user.pk, ended)
     announce_members_on_commit(room.id)
     return True
 
