@@ -54,6 +54,7 @@ watchers = Watchers()
 
 class Receiver(Protocol):
     channel_name: str
+    floors: dict[int, float]  # per reply, the next offset it expects (consumers.RoomConsumer)
 
     def take_frame(self, event: Any, data: bytes) -> None: ...
 
@@ -153,6 +154,11 @@ async def _discard(room_id: int, channel: str) -> None:
         await broadcast.leave(room_group(room_id), channel)
     except Exception:  # the layer is away: the group membership expires
         log.warning("room %s: could not leave its group", room_id, exc_info=True)
+
+
+def receivers() -> list[Receiver]:
+    """Every socket this process serves a room to."""
+    return [r for hub in list(_hubs.values()) for r in hub.sockets.values()]
 
 
 def sockets_in(room_id: int) -> int:

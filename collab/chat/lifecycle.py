@@ -44,6 +44,7 @@ from collab.chat import broadcast, fanout, metrics, replies, shared
 from collab.chat.events import PROCESSES_GROUP
 from collab.chat.generation import registry
 from collab.chat.models import Message
+from collab.chat.repair import repair
 from collab.chat.replies.interrupt import interrupt
 from collab.chat.services import rooms
 from collab.chat.services.providers import deployment_slots
@@ -207,6 +208,10 @@ class Runtime:
             await rooms.announce_members(room_id)
         await state.renew_slots(deployment_slots.held)
         await state.publish_status(shared.PROCESS_ID, json.dumps(self.status()))
+        try:  # a final frame some socket here never got: sent again (not a failure of the shared state)
+            await repair.check()
+        except Exception:
+            log.warning("could not check the sockets for finals they missed", exc_info=True)
         if self.stale and self._control_channel is not None:
             await broadcast.join(PROCESSES_GROUP, self._control_channel)  # the list layer may have lost it
             await broadcast.to_channel(self._control_channel, {"type": "process.ping", "process": shared.PROCESS_ID})

@@ -33,3 +33,6 @@ EARLY_REQUESTS = Counter(
     "Model requests sent before their post was stored (chat/replies/early.py): taken by their reply, or wasted",
     ["outcome"],
 )
+FINALS_REPAIRED = Counter(
+    "collab_finals_repaired", "Final frames sent again to sockets that never got them (collab/chat/repair.py)"
+)
