@@ -56,7 +56,7 @@ class Receiver(Protocol):
     channel_name: str
     floors: dict[int, float]  # per reply, the next offset it expects (consumers.RoomConsumer)
 
-    def take_frame(self, event: Any, data: bytes) -> None: ...
+    def take_frame(self, event: Any, data: bytes | None) -> None: ...
 
 
 class _Hub:
