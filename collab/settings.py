@@ -178,14 +178,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords, one address
-# waits AXES_COOLOFF_TIME, for that account and for all. Never the account alone: a
-# stranger elsewhere cannot lock the real user out. The client address is REMOTE_ADDR
-# (Daphne sets it from X-Forwarded-For behind the proxy, `--proxy-headers`).
+# Login throttling (django-axes, collab/throttle.py): after AXES_FAILURE_LIMIT wrong
+# passwords for one account from one address, that account waits AXES_COOLOFF_TIME there;
+# the address alone, for every account, only after COLLAB_LOGIN_ADDRESS_FAILURES (many
+# accounts tried), so one colleague's typos do not lock out a team behind one NAT. Never
+# the account everywhere: a stranger elsewhere cannot lock the real user out. The client
+# address is REMOTE_ADDR (Daphne sets it from X-Forwarded-For behind the proxy, `--proxy-headers`).
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_HANDLER = "collab.throttle.AccountAndAddressHandler"
 AXES_FAILURE_LIMIT = env_int("COLLAB_LOGIN_FAILURES", 10)
+COLLAB_LOGIN_ADDRESS_FAILURES = env_int("COLLAB_LOGIN_ADDRESS_FAILURES", 100)
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("COLLAB_LOGIN_COOLOFF_MIN", 10))
-AXES_LOCKOUT_PARAMETERS = ["ip_address", ["username", "ip_address"]]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]  # collab/throttle.py reads them in this order
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
 AXES_VERBOSE = False
@@ -233,7 +237,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # django-axes logs several INFO lines per login (issue 34): DEBUG here; its warnings stay.
+    "filters": {"quiet_libraries": {"()": "collab.logfilters.InfoAsDebug", "prefixes": ["axes"]}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["quiet_libraries"]}},
     "root": {"handlers": ["console"], "level": env("COLLAB_LOG_LEVEL", "INFO")},
     "loggers": {
         # httpx logs every request line at INFO; keep the console for our own events.
