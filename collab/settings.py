@@ -6,6 +6,7 @@ default model endpoint described in docs/wire.md. See README.md "Configuration".
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -255,6 +256,19 @@ COLLAB_LLM_BASE_URL = env("COLLAB_LLM_BASE_URL")
 COLLAB_LLM_API_KEY_ENV = "COLLAB_LLM_API_KEY"  # the key's *name*; its value is never stored
 COLLAB_LLM_MODEL = env("COLLAB_LLM_MODEL")
 COLLAB_LOCAL_MODEL_URL = env("COLLAB_LOCAL_MODEL_URL", "http://127.0.0.1:8088/v1")
+
+# Outbound calls of staff-registered tools (collab/chat/egress.py): public addresses only,
+# plus the networks listed here (e.g. "10.1.2.0/24,127.0.0.1/32"); keys from COLLAB_TOOL_KEY_*
+# variables, plus those listed in COLLAB_TOOL_KEY_VARIABLES (a provider's key is not a tool's).
+COLLAB_TOOL_ALLOWED_NETWORKS = [n.strip() for n in env("COLLAB_TOOL_ALLOWED_NETWORKS").split(",") if n.strip()]
+for _network in COLLAB_TOOL_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"COLLAB_TOOL_ALLOWED_NETWORKS: {_network!r} is not a network (write e.g. 10.1.2.0/24 or 127.0.0.1/32)."
+        ) from None
+COLLAB_TOOL_KEY_VARIABLES = [n.strip() for n in env("COLLAB_TOOL_KEY_VARIABLES").split(",") if n.strip()]
 
 COLLAB: dict[str, Any] = {
     # One frame per room per window after the first piece: 30 ms keeps 33 frames/s per
