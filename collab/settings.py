@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,26 @@ for _network in COLLAB_TOOL_ALLOWED_NETWORKS:
             f"COLLAB_TOOL_ALLOWED_NETWORKS: {_network!r} is not a network (write e.g. 10.1.2.0/24 or 127.0.0.1/32)."
         ) from None
 COLLAB_TOOL_KEY_VARIABLES = [n.strip() for n in env("COLLAB_TOOL_KEY_VARIABLES").split(",") if n.strip()]
+
+
+def env_limit(name: str, kind: type[int] | type[Decimal]) -> Any:
+    """A budget limit from the environment: a number of at least 0, or None when unset."""
+    raw = env(name).strip()
+    if not raw:
+        return None
+    try:
+        value = kind(raw)
+    except (ValueError, ArithmeticError):
+        value = None
+    if value is None or value < 0 or (isinstance(value, Decimal) and not value.is_finite()):
+        raise ImproperlyConfigured(f"{name}={raw!r}: write a number of at least 0, or leave it unset (no limit).")
+    return value
+
+
+# The monthly budget of every room without one of its own (collab/chat/services/budgets.py):
+# tokens (prompt and reply) and/or US dollars; unset: no default limit.
+COLLAB_DEFAULT_ROOM_BUDGET_TOKENS: int | None = env_limit("COLLAB_DEFAULT_ROOM_BUDGET_TOKENS", int)
+COLLAB_DEFAULT_ROOM_BUDGET_COST: Decimal | None = env_limit("COLLAB_DEFAULT_ROOM_BUDGET_COST", Decimal)
 
 COLLAB: dict[str, Any] = {
     # One frame per room per window after the first piece: 30 ms keeps 33 frames/s per

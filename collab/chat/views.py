@@ -105,7 +105,7 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "panels": panels.render_all(the_room.id, access.user(request).pk, False),  # pinned messages ...
             "assistants": the_room.assistants.all(),
             "room_cost": providers.room_cost(the_room.id),
-            "budget": budgets.usage(the_room),  # the header's "left this month" (no query without a budget)
+            "budget": budgets.usage(the_room),  # the header's "left this month" (its own budget, or the default)
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
             # Per viewer, for the page's own CSS: Stop shows on the replies this viewer may stop
             # (the articles are the same for every member: `data-asker` on each).

@@ -38,6 +38,7 @@ from collab.chat import broadcast, metrics
 from collab.chat.context import HISTORY_MESSAGES, HistoryRow, build_context, row_of
 from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Provider, Room
+from collab.chat.services import budgets
 from collab.chat.services.providers import provider_config
 from collab.chat.services.votes import steer
 from collab.llm import LLMError
@@ -166,9 +167,9 @@ def known(room_id: int) -> Known | None:
 
 
 def known_unlimited(room_id: int) -> bool:
-    """This process knows the room, and it has no budget."""
+    """This process knows the room, and it has no budget (of its own, nor a default)."""
     found = _known.get(room_id)
-    return found is not None and found.room.budget_tokens is None and found.room.budget_cost is None
+    return found is not None and budgets.unlimited(found.room)
 
 
 def remember(

@@ -249,8 +249,8 @@ def _guess(room_id: int, author_name: str, text: str) -> list[early.Guess]:
     if known is None or not early.enabled() or each.is_each(text):
         return []
     room = known.room
-    if room.status != Room.Status.OPEN or room.budget_tokens is not None or room.budget_cost is not None:
-        return []  # refused, or its budget read: the stored way says
+    if room.status != Room.Status.OPEN or not budgets.unlimited(room):
+        return []  # refused, or its budget read (its own, or the default): the stored way says
     try:
         invoked, _ = pick(known.assistants, mentions(text), room.reply_to_all)
         if not invoked or any(a.is_agent for a in invoked) or agents.review_of(text, list(known.assistants)):
