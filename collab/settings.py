@@ -6,8 +6,10 @@ default model endpoint described in docs/wire.md. See README.md "Configuration".
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -178,14 +180,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Login throttling (django-axes): after AXES_FAILURE_LIMIT wrong passwords, one address
-# waits AXES_COOLOFF_TIME, for that account and for all. Never the account alone: a
-# stranger elsewhere cannot lock the real user out. The client address is REMOTE_ADDR
-# (Daphne sets it from X-Forwarded-For behind the proxy, `--proxy-headers`).
+# Login throttling (django-axes, collab/throttle.py): after AXES_FAILURE_LIMIT wrong
+# passwords for one account from one address, that account waits AXES_COOLOFF_TIME there;
+# the address alone, for every account, only after COLLAB_LOGIN_ADDRESS_FAILURES (many
+# accounts tried), so one colleague's typos do not lock out a team behind one NAT. Never
+# the account everywhere: a stranger elsewhere cannot lock the real user out. The client
+# address is REMOTE_ADDR (Daphne sets it from X-Forwarded-For behind the proxy, `--proxy-headers`).
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_HANDLER = "collab.throttle.AccountAndAddressHandler"
 AXES_FAILURE_LIMIT = env_int("COLLAB_LOGIN_FAILURES", 10)
+COLLAB_LOGIN_ADDRESS_FAILURES = env_int("COLLAB_LOGIN_ADDRESS_FAILURES", 100)
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("COLLAB_LOGIN_COOLOFF_MIN", 10))
-AXES_LOCKOUT_PARAMETERS = ["ip_address", ["username", "ip_address"]]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]  # collab/throttle.py reads them in this order
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
 AXES_VERBOSE = False
@@ -233,7 +239,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # django-axes logs several INFO lines per login (issue 34): DEBUG here; its warnings stay.
+    "filters": {"quiet_libraries": {"()": "collab.logfilters.InfoAsDebug", "prefixes": ["axes"]}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["quiet_libraries"]}},
     "root": {"handlers": ["console"], "level": env("COLLAB_LOG_LEVEL", "INFO")},
     "loggers": {
         # httpx logs every request line at INFO; keep the console for our own events.
@@ -249,6 +257,39 @@ COLLAB_LLM_BASE_URL = env("COLLAB_LLM_BASE_URL")
 COLLAB_LLM_API_KEY_ENV = "COLLAB_LLM_API_KEY"  # the key's *name*; its value is never stored
 COLLAB_LLM_MODEL = env("COLLAB_LLM_MODEL")
 COLLAB_LOCAL_MODEL_URL = env("COLLAB_LOCAL_MODEL_URL", "http://127.0.0.1:8088/v1")
+
+# Outbound calls of staff-registered tools (collab/chat/egress.py): public addresses only,
+# plus the networks listed here (e.g. "10.1.2.0/24,127.0.0.1/32"); keys from COLLAB_TOOL_KEY_*
+# variables, plus those listed in COLLAB_TOOL_KEY_VARIABLES (a provider's key is not a tool's).
+COLLAB_TOOL_ALLOWED_NETWORKS = [n.strip() for n in env("COLLAB_TOOL_ALLOWED_NETWORKS").split(",") if n.strip()]
+for _network in COLLAB_TOOL_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"COLLAB_TOOL_ALLOWED_NETWORKS: {_network!r} is not a network (write e.g. 10.1.2.0/24 or 127.0.0.1/32)."
+        ) from None
+COLLAB_TOOL_KEY_VARIABLES = [n.strip() for n in env("COLLAB_TOOL_KEY_VARIABLES").split(",") if n.strip()]
+
+
+def env_limit(name: str, kind: type[int] | type[Decimal]) -> Any:
+    """A budget limit from the environment: a number of at least 0, or None when unset."""
+    raw = env(name).strip()
+    if not raw:
+        return None
+    try:
+        value = kind(raw)
+    except (ValueError, ArithmeticError):
+        value = None
+    if value is None or value < 0 or (isinstance(value, Decimal) and not value.is_finite()):
+        raise ImproperlyConfigured(f"{name}={raw!r}: write a number of at least 0, or leave it unset (no limit).")
+    return value
+
+
+# The monthly budget of every room without one of its own (collab/chat/services/budgets.py):
+# tokens (prompt and reply) and/or US dollars; unset: no default limit.
+COLLAB_DEFAULT_ROOM_BUDGET_TOKENS: int | None = env_limit("COLLAB_DEFAULT_ROOM_BUDGET_TOKENS", int)
+COLLAB_DEFAULT_ROOM_BUDGET_COST: Decimal | None = env_limit("COLLAB_DEFAULT_ROOM_BUDGET_COST", Decimal)
 
 COLLAB: dict[str, Any] = {
     # One frame per room per window after the first piece: 30 ms keeps 33 frames/s per

@@ -234,6 +234,6 @@ Membership.objects.create(room=room, user=bob)
 provider = providers.ensure_default_assistant().provider
 provider.read_timeout_s = 5
 provider.save()
-room.assistants.add(Assistant.objects.create(handle="long", display_name="LONG", provider=provider, max_tokens=4000))
-room.assistants.add(Assistant.objects.create(handle="short", display_name="SHORT", provider=provider, max_tokens=20))
+room.assistants.add(Assistant.objects.create(handle="long", display_name="LONG", provider=provider, max_tokens=4000, available_to="everyone"))
+room.assistants.add(Assistant.objects.create(handle="short", display_name="SHORT", provider=provider, max_tokens=20, available_to="everyone"))
 """

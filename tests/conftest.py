@@ -158,6 +158,7 @@ class World:
 
 
 def make_assistant(provider: Provider, handle: str, model: str = "sim", **kw: Any) -> Assistant:
+    kw.setdefault("available_to", Assistant.Availability.EVERYONE)  # new ones are granted-only (README "Security")
     return Assistant.objects.create(
         handle=handle, display_name=handle.upper(), provider=provider, model=model, max_tokens=500, **kw
     )

@@ -184,6 +184,7 @@ def test_saving_a_provider_unchanged_leaves_no_row_and_an_assistant_change_one(w
         "max_tokens": str(assistant.max_tokens),
         "agent_steps": str(assistant.agent_steps),
         "agent_tokens": str(assistant.agent_tokens),
+        "available_to": assistant.available_to,
     }
     assert client.post(f"/admin/chat/assistant/{assistant.pk}/change/", data).status_code == 302
     entry = AuditEntry.objects.get()

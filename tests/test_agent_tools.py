@@ -284,7 +284,8 @@ class Server:
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
+def server(settings: Any) -> Iterator[Server]:
+    settings.COLLAB_TOOL_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # its loopback address, as staff would allow it
     seen: list[tuple[str, dict[str, str], Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -342,14 +343,14 @@ def test_only_enabled_attached_tools_are_in_the_toolbox(world: World, server: Se
 async def test_an_http_tool_posts_its_arguments_with_the_key(
     world: World, server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("COLLAB_KEY_WEATHER_TEST", "s3cret-value")
+    monkeypatch.setenv("COLLAB_TOOL_KEY_WEATHER_TEST", "s3cret-value")
     await Tool.objects.acreate(
         name="weather",
         description="w",
         url=f"{server.url}/echo",
         parameters=CITY,
         enabled=True,
-        api_key_env="COLLAB_KEY_WEATHER_TEST",
+        api_key_env="COLLAB_TOOL_KEY_WEATHER_TEST",
     )
     await world.assistant.tools.aadd(await Tool.objects.aget(name="weather"))
     box = await world.abox()
@@ -366,16 +367,18 @@ async def test_an_http_tool_posts_its_arguments_with_the_key(
 
 
 async def test_http_tool_failures(world: World, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("COLLAB_KEY_NOT_SET_ANYWHERE", raising=False)
+    monkeypatch.delenv("COLLAB_TOOL_KEY_NOT_SET_ANYWHERE", raising=False)
 
     await sync_to_async(make_tool)(world, "broken", f"{server.url}/broken")
-    await sync_to_async(make_tool)(world, "keyless", f"{server.url}/echo", api_key_env="COLLAB_KEY_NOT_SET_ANYWHERE")
+    await sync_to_async(make_tool)(
+        world, "keyless", f"{server.url}/echo", api_key_env="COLLAB_TOOL_KEY_NOT_SET_ANYWHERE"
+    )
     await sync_to_async(make_tool)(world, "chatty", f"{server.url}/long")
     await sync_to_async(make_tool)(world, "nowhere", "http://127.0.0.1:1/")
     box = await world.abox()
     with pytest.raises(ToolError, match=r"^broken: the tool answered HTTP 503: upstream down$"):
         await box.call("broken", args(city="Oslo"))
-    with pytest.raises(ToolError, match=r"^keyless: its key variable COLLAB_KEY_NOT_SET_ANYWHERE is not set"):
+    with pytest.raises(ToolError, match=r"^keyless: its key variable COLLAB_TOOL_KEY_NOT_SET_ANYWHERE is not set"):
         await box.call("keyless", args(city="Oslo"))
     assert [p for p, _h, _b in server.seen] == ["/broken"]  # no call without its key
     long = await box.call("chatty", args(city="Oslo"))
@@ -394,7 +397,7 @@ def form(**kw: Any) -> dict[str, Any]:
         "url": "https://tools.example.com/weather",
         "parameters": json.dumps(CITY),
         "timeout_s": "5",
-        "api_key_env": "COLLAB_KEY_WEATHER",
+        "api_key_env": "COLLAB_TOOL_KEY_WEATHER",
         **kw,
     }
 
@@ -429,7 +432,7 @@ def test_staff_add_change_and_delete_a_tool_each_audited() -> None:
         ({"url": "ftp://example.com/x"}, "url", "valid URL"),
         ({"parameters": '{"type": "string"}'}, "parameters", "JSON schema of an object"),
         ({"timeout_s": "500"}, "timeout_s", "120"),
-        ({"api_key_env": "DJANGO_SECRET_KEY"}, "api_key_env", "not an allowed key variable"),
+        ({"api_key_env": "DJANGO_SECRET_KEY"}, "api_key_env", "not an allowed tool key variable"),
     ],
 )
 def test_the_admin_refuses_a_bad_tool(change: dict[str, str], field: str, says: str) -> None:

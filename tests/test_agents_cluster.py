@@ -32,7 +32,8 @@ from collab.chat.models import Assistant, Room
 room = Room.objects.get(slug="lab")
 provider = room.assistants.get(handle="long").provider
 room.assistants.add(Assistant.objects.create(
-    handle="planner", display_name="PLANNER", provider=provider, model="sim", max_tokens=4000, is_agent=True))
+    handle="planner", display_name="PLANNER", provider=provider, model="sim", max_tokens=4000, is_agent=True,
+    available_to="everyone"))
 """
 STORED = (
     "import json; from collab.chat.models import Message; print(json.dumps({m.id: [m.reasoning, m.text, "

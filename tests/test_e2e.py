@@ -115,7 +115,8 @@ room = rooms.create_room(alice, "Lab", topic="e2e")
 Membership.objects.create(room=room, user=bob)
 provider = providers.ensure_default_assistant().provider
 for h in ("a", "b"):
-    room.assistants.add(Assistant.objects.create(handle=h, display_name=h.upper(), provider=provider, max_tokens=60))
+    room.assistants.add(Assistant.objects.create(handle=h, display_name=h.upper(), provider=provider, max_tokens=60,
+                                                 available_to="everyone"))
 """
 
 

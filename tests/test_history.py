@@ -5,7 +5,9 @@ member's personal reply (made here directly in the database); the exporter's own
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from datetime import timedelta
 from typing import Any
 
@@ -216,10 +218,68 @@ def test_the_markdown_export_marks_edits_and_tombstones(
     assert text.startswith("# Lab (lab)")
     assert "what is **up**?" in text and "_(edited " in text
     assert f"### #{made['gone'].seq} bob · user, deleted" in text
-    assert "just for bob" in text and "_(a personal reply, for bob)_" in text
+    assert (
+        "just for bob" in text
+        and f"### #{made['for_bob'].seq} A (@a) · assistant, done · " in text
+        and " · for bob only" in text
+    )
     assert "just for alice" not in text
     positions = [text.index(f"### #{m.seq} ") for k, m in made.items() if k != "for_alice"]
     assert positions == sorted(positions)
+
+
+# Every export says whose a personal reply is (issue 33, item 6): the admin's zip (.jsonl
+# and .md) and a member's own export (.json and .md) carry `recipient` (a username, or null
+# for a room message), and the Markdown says "for NAME only".
+
+
+def _room_with_personal_replies(room: Room, people: dict[str, User], assistant: Assistant) -> dict[str, int]:
+    return {
+        "question": put(room, people["alice"], "/each @a how do we ship?").seq,
+        "shared": put(room, None, "ship on Friday", assistant=assistant).seq,
+        "for_bob": put(room, None, "bob: ship the docs", assistant=assistant, recipient=people["bob"]).seq,
+        "for_alice": put(room, None, "alice: ship the code", assistant=assistant, recipient=people["alice"]).seq,
+    }
+
+
+def test_the_admin_export_says_whose_each_personal_reply_is(
+    room: Room, people: dict[str, User], assistant: Assistant
+) -> None:
+    seqs = _room_with_personal_replies(room, people, assistant)
+    root = User.objects.create_user("root", is_staff=True, is_superuser=True)
+    staff = Client()
+    staff.force_login(root)
+    response = staff.post("/admin/chat/room/", {"action": "export", "_selected_action": [str(room.pk)]})
+    assert response.status_code == 200 and response["Content-Type"] == "application/zip"
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    lines = {x["seq"]: x for x in map(json.loads, archive.read("lab.jsonl").decode().splitlines())}
+    assert {seq: lines[seq]["recipient"] for seq in seqs.values()} == {
+        seqs["question"]: None,
+        seqs["shared"]: None,
+        seqs["for_bob"]: "bob",
+        seqs["for_alice"]: "alice",
+    }
+    markdown = archive.read("lab.md").decode()
+    heads = {line.split(" ")[1]: line for line in markdown.splitlines() if line.startswith("### #")}
+    assert "for bob only" in heads[f"#{seqs['for_bob']}"]
+    assert "for alice only" in heads[f"#{seqs['for_alice']}"]
+    assert " only" not in heads[f"#{seqs['shared']}"] and " only" not in heads[f"#{seqs['question']}"]
+
+
+@pytest.mark.parametrize("fmt", ["md", "json"])
+def test_a_members_export_says_the_personal_reply_is_theirs(
+    room: Room, people: dict[str, User], assistant: Assistant, fmt: str
+) -> None:
+    seqs = _room_with_personal_replies(room, people, assistant)
+    response, body, _ = exported(people["bob"], f"/r/lab/export.{fmt}")
+    assert response.status_code == 200
+    assert b"alice: ship the code" not in body  # never another member's personal reply
+    if fmt == "json":
+        lines = {x["seq"]: x for x in json.loads(body)["messages"]}
+        assert lines[seqs["for_bob"]]["recipient"] == "bob" and lines[seqs["shared"]]["recipient"] is None
+        return
+    heads = {line.split(" ")[1]: line for line in body.decode().splitlines() if line.startswith("### #")}
+    assert "for bob only" in heads[f"#{seqs['for_bob']}"] and " only" not in heads[f"#{seqs['shared']}"]
 
 
 def test_the_export_is_for_members_only(room: Room, people: dict[str, User]) -> None:

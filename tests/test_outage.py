@@ -35,7 +35,7 @@ MEDIUM = """
 from collab.chat.models import Assistant, Room
 room = Room.objects.get(slug="lab")
 provider = room.assistants.get(handle="long").provider
-room.assistants.add(Assistant.objects.create(handle="medium", display_name="MEDIUM", provider=provider, max_tokens=450))
+room.assistants.add(Assistant.objects.create(handle="medium", display_name="MEDIUM", provider=provider, max_tokens=450, available_to="everyone"))
 """
 
 

@@ -26,7 +26,8 @@ from collab.chat.models import Assistant, Room
 room = Room.objects.get(slug="lab")
 provider = room.assistants.get(handle="long").provider
 room.assistants.add(Assistant.objects.create(
-    handle="thinker", display_name="THINKER", provider=provider, model="sim+think@1500", max_tokens=1600))
+    handle="thinker", display_name="THINKER", provider=provider, model="sim+think@1500", max_tokens=1600,
+    available_to="everyone"))
 """
 STORED = (
     "import json; from collab.chat.models import Message; print(json.dumps({m.id: [m.reasoning, m.text, "

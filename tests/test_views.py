@@ -144,7 +144,9 @@ def test_reset_invite_invalidates_old_link(logged_in: Client, alice: User) -> No
 
 def test_settings_owner_only_and_attach_assistants(logged_in: Client, alice: User) -> None:
     room = rooms.create_room(alice, "Mine")
-    extra = Assistant.objects.create(handle="extra", display_name="Extra", provider=room.assistants.get().provider)
+    extra = Assistant.objects.create(
+        handle="extra", display_name="Extra", provider=room.assistants.get().provider, available_to="everyone"
+    )
     response = logged_in.post("/r/mine/settings/", {"topic": "new", "reply_to_all": "on", "assistants": [extra.pk]})
     assert response.status_code == 302
     room.refresh_from_db()

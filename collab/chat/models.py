@@ -6,6 +6,7 @@ import secrets
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
@@ -51,11 +52,41 @@ class Assistant(models.Model):
         Tool, blank=True, related_name="assistants", help_text="HTTP tools it may call (the built-ins: always)."
     )
 
+    class Availability(models.TextChoices):
+        EVERYONE = "everyone", "every room"
+        GRANTED = "granted", "only the rooms granted below (by room, or by the owner's group)"
+
+    # Who may use it (services/availability.py; README "Security"): set by staff. New
+    # assistants are granted-only: one with HTTP tools or a provider's key reaches no
+    # self-made room until staff say so.
+    available_to = models.CharField(
+        "available to",
+        max_length=10,
+        choices=Availability.choices,
+        default=Availability.GRANTED,
+        help_text="Rooms whose owner may attach it (and in which it replies).",
+    )
+    granted_rooms: models.ManyToManyField[Room, Any] = models.ManyToManyField(
+        "Room", blank=True, related_name="granted_assistants", help_text="Granted-only: these rooms may use it."
+    )
+    granted_groups = models.ManyToManyField(
+        "auth.Group",
+        blank=True,
+        related_name="granted_assistants",
+        help_text="Granted-only: rooms owned by a member of these groups may use it.",
+    )
+
     class Meta:
         ordering = ["handle"]
 
     def __str__(self) -> str:
         return f"@{self.handle}"
+
+    def clean(self) -> None:
+        if self.is_default and self.available_to != self.Availability.EVERYONE:
+            raise ValidationError(
+                {"available_to": "A default assistant is attached to every new room: make it available to every room."}
+            )
 
     @property
     def model_name(self) -> str:

@@ -1,6 +1,7 @@
 """Providers from the environment (README "Providers from the environment") and the
-environment variables a provider or a tool may take its key from. Reads the
-environment and the settings only: models validate with it, services configure with it.
+environment variables a provider may take its key from (a tool's: collab/chat/egress.py).
+Reads the environment and the settings only: models validate with it, services configure
+with it.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
 from django.db import models
 
+from collab.chat import egress
 from collab.chat.provider_env import key_variable_allowed
 
 HANDLE_RE = r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}"
@@ -139,7 +140,8 @@ class Tool(models.Model):
         max_length=128,
         blank=True,
         validators=[env_name_validator],
-        help_text="Sent as 'Authorization: Bearer <value>' (blank: none); allowed names as for providers.",
+        help_text="Sent as 'Authorization: Bearer <value>' (blank: none). Allowed: names starting with "
+        "COLLAB_TOOL_KEY_, and those the operator lists in COLLAB_TOOL_KEY_VARIABLES; never a provider's key.",
     )
     enabled = models.BooleanField(default=False, help_text="Off by default; agents get it only when attached.")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -153,7 +155,9 @@ class Tool(models.Model):
 
     def clean(self) -> None:
         errors = {"name": f"{self.name} is a built-in tool's name."} if self.name in BUILTIN_TOOL_NAMES else {}
-        if error := key_variable_error(self.api_key_env):
+        if error := egress.tool_key_variable_error(self.api_key_env):
             errors["api_key_env"] = error
+        if self.url and (error := egress.url_error(self.url)):  # a literal address: checked again at each call
+            errors["url"] = f"Refused: {error}."
         if errors:
             raise ValidationError(errors)

@@ -14,7 +14,7 @@ from collab.chat import shared, vote_settings
 from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Assistant, Ban, Membership, Room
-from collab.chat.services import budgets, moderation
+from collab.chat.services import availability, budgets, moderation
 from collab.chat.services import rooms as room_actions
 
 
@@ -35,8 +35,17 @@ class RoomSettingsForm(forms.Form):
         help_text="Every assistant of this room is given it, from the next reply on.",
         widget=forms.Textarea(attrs={"rows": 4}),
     )
+    # Only the assistants this room may use (services/availability.py): _settings_form
+    # narrows the queryset; anything else posted is the form's error (and audited).
     assistants = forms.ModelMultipleChoiceField(
-        queryset=Assistant.objects.all(), required=False, widget=forms.CheckboxSelectMultiple
+        queryset=Assistant.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={
+            "invalid_choice": "%(value)s: that assistant is not available to this room (staff grant assistants); "
+            "nothing was saved.",
+            "invalid_pk_value": "%(pk)s: that assistant is not available to this room; nothing was saved.",
+        },
     )
 
 
@@ -84,19 +93,42 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
                 )
                 flash.success(request, "Saved.")
                 return redirect("room", slug=slug)
+            if "assistants" in form.errors:
+                _audit_refused_assistants(request, the_room)
             return _settings_page(request, membership, form, status=400)
         return _moderate(request, membership, op)
     return _settings_page(request, membership)
 
 
 def _settings_form(the_room: Room, data: QueryDict | None = None) -> RoomSettingsForm:
+    may_use = availability.attachable(the_room)
     initial = {
         "topic": the_room.topic,
         "reply_to_all": "on" if the_room.reply_to_all else "",
         "system_prompt": the_room.system_prompt,
-        "assistants": the_room.assistants.all(),
+        "assistants": the_room.assistants.filter(pk__in=may_use.values("pk")),
     }
-    return RoomSettingsForm(data, initial=initial)
+    form = RoomSettingsForm(data, initial=initial)
+    form.fields["assistants"].queryset = may_use  # type: ignore[attr-defined]
+    return form
+
+
+def _audit_refused_assistants(request: HttpRequest, the_room: Room) -> None:
+    """A settings form naming an assistant the room may not use: the page never offers
+    one, so the form was made by hand. Each such choice leaves an audit row (who, the
+    room, which assistant, the address); nothing is saved."""
+    may_use = {str(pk) for pk in availability.attachable(the_room).values_list("pk", flat=True)}
+    actor = moderation.Actor(access.user(request), request.META.get("REMOTE_ADDR"))
+    for raw in request.POST.getlist("assistants"):
+        if raw in may_use:
+            continue
+        # ASCII digits only ("²".isdigit() is True); any other value is shown escaped (a NUL
+        # would not store on PostgreSQL).
+        number = raw.isascii() and raw.isdigit() and len(raw) < 19
+        found = Assistant.objects.filter(pk=int(raw)).first() if number else None
+        shown = raw[:40] if raw[:40].isprintable() else ascii(raw[:40])
+        detail = f"@{found.handle} (id {found.pk})" if found else f"id {shown}"
+        moderation.record(actor, "assistant.refused", the_room, detail=detail)
 
 
 def _moderate(request: HttpRequest, membership: Membership, op: str) -> HttpResponse:
@@ -156,6 +188,10 @@ def _settings_page(
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])) if is_owner else "",
             "budget": budgets.usage(the_room) if is_owner else None,
             "votes_form": (votes_form or vote_settings.form_for(the_room)) if is_owner else None,
+            # Attached, but not available to the room any more: inert, shown so the owner knows.
+            "withheld": the_room.assistants.exclude(pk__in=availability.attachable(the_room).values("pk"))
+            if is_owner
+            else (),
         },
         status=status,
     )

@@ -28,7 +28,7 @@ from collab.chat import history_views, rendering, shared
 from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
-from collab.chat.services import budgets, moderation, panels, providers, snapshot
+from collab.chat.services import availability, budgets, moderation, panels, providers, snapshot
 from collab.chat.services import rooms as room_actions
 
 
@@ -103,9 +103,9 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "members": members,
             "members_more": members_more,
             "panels": panels.render_all(the_room.id, access.user(request).pk, False),  # pinned messages ...
-            "assistants": the_room.assistants.all(),
+            "assistants": availability.available(the_room, the_room.assistants.all()),  # what may reply here
             "room_cost": providers.room_cost(the_room.id),
-            "budget": budgets.usage(the_room),  # the header's "left this month" (no query without a budget)
+            "budget": budgets.usage(the_room),  # the header's "left this month" (its own budget, or the default)
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
             # Per viewer, for the page's own CSS: Stop shows on the replies this viewer may stop
             # (the articles are the same for every member: `data-asker` on each).

@@ -54,7 +54,8 @@ for name in ("bob", "carol"):
 provider = providers.ensure_default_assistant().provider
 for h, model, tokens in {ASSISTANTS!r}:
     room.assistants.add(
-        Assistant.objects.create(handle=h, display_name=h.upper(), provider=provider, model=model, max_tokens=tokens)
+        Assistant.objects.create(handle=h, display_name=h.upper(), provider=provider, model=model, max_tokens=tokens,
+                                 available_to="everyone")
     )
 """
 

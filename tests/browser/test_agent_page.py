@@ -25,7 +25,8 @@ room = Room.objects.get(slug="lab")
 if not room.assistants.filter(handle="planner").exists():
     provider = room.assistants.get(handle="a").provider
     room.assistants.add(Assistant.objects.create(
-        handle="planner", display_name="PLANNER", provider=provider, model="sim+slow", max_tokens=300, is_agent=True))
+        handle="planner", display_name="PLANNER", provider=provider, model="sim+slow", max_tokens=300, is_agent=True,
+        available_to="everyone"))
 """
 ARTICLE = "article[data-author=PLANNER]"
 # Scrolls the run's log (a box of its own) to a few lines above its first tool call.

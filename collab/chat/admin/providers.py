@@ -69,10 +69,12 @@ class ProviderAdmin(AuditedAdmin):
 @admin.register(Assistant)
 class AssistantAdmin(AuditedAdmin):
     list_display = ["handle", "display_name", "provider", "model", "temperature", "max_tokens", "is_default"]
-    list_display += ["is_agent"]
-    list_filter = ["provider", "is_default", "is_agent"]
+    list_display += ["is_agent", "available_to"]
+    list_filter = ["provider", "is_default", "is_agent", "available_to"]
     search_fields = ["handle", "display_name"]
-    filter_horizontal = ["tools"]  # is_agent, agent_steps, agent_tokens and tools: in the form as model fields
+    # is_agent, agent_steps, agent_tokens and tools: in the form as model fields; who may use
+    # it (services/availability.py): available_to, and the rooms and groups granted it.
+    filter_horizontal = ["tools", "granted_rooms", "granted_groups"]
 
     audit_as = "assistant"  # its provider, model and prompt decide what rooms are sent and billed
 

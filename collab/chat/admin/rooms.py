@@ -45,7 +45,7 @@ from collab.chat.admin.members import MembershipInline
 from collab.chat.admin.providers import staff_actor
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
-from collab.chat.services import budgets, moderation, transcripts
+from collab.chat.services import availability, budgets, moderation, transcripts
 
 Act = Callable[[moderation.Actor, Room], bool | None]
 
@@ -203,6 +203,19 @@ class RoomAdmin(admin.ModelAdmin):
             ("export", "Export transcript"),
         ]
         return super().change_view(request, object_id, form_url, {**(extra_context or {}), "room_actions": buttons})
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        room = form.instance
+        inert = room.assistants.exclude(pk__in=availability.attachable(room).values("pk"))
+        if inert:  # attached, but not granted to this room: it would never reply (say so, keep it)
+            handles = ", ".join(f"@{a.handle}" for a in inert)
+            self.message_user(
+                request,
+                f"{handles}: attached, but not available to this room, so it does not reply here. Grant it "
+                "on the assistant's page (rooms or groups granted), or make it available to every room.",
+                messages.WARNING,
+            )
 
     def save_model(self, request: HttpRequest, obj: Room, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)

@@ -7,6 +7,7 @@ import uuid
 from collab.chat import rendering
 from collab.chat.commands.registry import Ctx, command
 from collab.chat.replies import posting
+from collab.chat.services import availability
 from collab.chat.services.rooms import take_post_token
 
 
@@ -25,5 +26,8 @@ async def post(ctx: Ctx, text: str, client_id: uuid.UUID | None) -> None:
                 "mention.unknown", f"No assistant called @{name} is in this room; your message was posted as written."
             )
         )
+    for name in result.unavailable:  # attached, but staff have not granted it to this room
+        error = availability.unavailable_error(name)
+        await ctx.tell(rendering.frame_error(error.code, error.message))
     if result.refused is not None:  # stored, and no reply started (room.budget)
         await ctx.tell(rendering.frame_error(result.refused.code, result.refused.message))

@@ -12,18 +12,20 @@ from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
 from collab.chat.replies import merging
 from collab.chat.replies.jobs import create_placeholders, reply_jobs, start_and_announce
+from collab.chat.services import availability
 from collab.chat.services.rooms import allocate_seqs, check_open
 
 
 def answerable_again(reply: Message) -> tuple[Room, Assistant, Message]:
     """What asking a reply's assistant again needs (a regeneration, a continuation): an
-    open room, the assistant still in it, the question still there. Its room, assistant
-    and question."""
+    open room, the assistant still in it and one the room may use, the question still
+    there. Its room, assistant and question."""
     room = reply.room
     check_open(room)
     assistant = reply.assistant
     if assistant is None or not room.assistants.filter(pk=assistant.pk).exists():
         raise ClientError("assistant.unavailable", "That assistant is no longer in this room.")
+    availability.check(room, [assistant])  # staff may have taken it back since (a continuation makes no placeholder)
     if reply.reply_to is None:
         raise ClientError("message.not_found", "The question this reply answered is gone.")
     if reply.reply_to.deleted_at is not None:  # the model would answer the message before it

@@ -25,6 +25,7 @@ from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.replies.jobs import create_placeholders
+from collab.chat.services import availability
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ def is_each(text: str) -> bool:
 
 
 def default_assistant(room: Room) -> list[Assistant]:
-    """The room's default assistant (none: [])."""
-    return list(room.assistants.select_related("provider").order_by("-is_default", "handle")[:1])
+    """The room's default assistant, of those it may use (none: [])."""
+    attached = room.assistants.select_related("provider").order_by("-is_default", "handle")
+    return availability.available(room, attached)[:1]
 
 
 def plan(room: Room, text: str, invoked: list[Assistant], mentioned: list[str]) -> EachPlan | None:

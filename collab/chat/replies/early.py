@@ -31,6 +31,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
@@ -38,6 +39,7 @@ from collab.chat import broadcast, metrics
 from collab.chat.context import HISTORY_MESSAGES, HistoryRow, build_context, row_of
 from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Provider, Room
+from collab.chat.services import budgets
 from collab.chat.services.providers import provider_config
 from collab.chat.services.votes import steer
 from collab.llm import LLMError
@@ -166,9 +168,9 @@ def known(room_id: int) -> Known | None:
 
 
 def known_unlimited(room_id: int) -> bool:
-    """This process knows the room, and it has no budget."""
+    """This process knows the room, and it has no budget (of its own, nor a default)."""
     found = _known.get(room_id)
-    return found is not None and found.room.budget_tokens is None and found.room.budget_cost is None
+    return found is not None and budgets.unlimited(found.room)
 
 
 def remember(
@@ -283,6 +285,11 @@ def _assistants_changed(sender: type, instance: object, action: str, reverse: bo
         changed(None if reverse else getattr(instance, "pk", None))
 
 
+def _grants_changed(sender: type, action: str, **kwargs: Any) -> None:
+    if action.startswith("post_"):
+        changed(None)  # rare, and any room may be concerned: every process forgets
+
+
 def connect_signals() -> None:
     post_save.connect(_room_saved, sender=Room, dispatch_uid="early.room")
     post_delete.connect(_room_saved, sender=Room, dispatch_uid="early.room_deleted")
@@ -290,3 +297,7 @@ def connect_signals() -> None:
         post_save.connect(_anything_saved, sender=model, dispatch_uid=f"early.{model.__name__}")
         post_delete.connect(_anything_saved, sender=model, dispatch_uid=f"early.{model.__name__}_deleted")
     m2m_changed.connect(_assistants_changed, sender=Room.assistants.through, dispatch_uid="early.assistants")
+    # Who may use which assistant (services/availability.py): a grant to a room or a group,
+    # or a room owner joining or leaving a group, changes which assistants a post may ask.
+    for through in (Assistant.granted_rooms.through, Assistant.granted_groups.through, User.groups.through):
+        m2m_changed.connect(_grants_changed, sender=through, dispatch_uid=f"early.grants.{through.__name__}")

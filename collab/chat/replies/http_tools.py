@@ -1,11 +1,14 @@
 """HTTP tools registered by staff (models.Tool; docs/architecture.md#a-agents): the call's
 arguments are POSTed as JSON to the tool's URL, the response text is the result.
 
-Only enabled tools attached to the assistant are offered. The key, when the tool names
-an environment variable, is read at call time and sent as `Authorization: Bearer ...`;
-it is never stored, logged or put in an error (a missing variable's error names the
-variable only). The response is untrusted text: it is read up to a cap, decoded, and
-only ever returned as a string (it cannot change the tools or the budgets).
+Only enabled tools attached to the assistant are offered. Every call goes through the
+egress policy (collab/chat/egress.py): public addresses only, unless staff allowed a
+network, checked on the address each connection goes to. The key, when the tool names an
+environment variable (a tool key variable: egress.tool_key_variable_allowed), is read at
+call time and sent as `Authorization: Bearer ...`; it is never stored, logged or put in an
+error (a missing variable's error names the variable only). The response is untrusted
+text: it is read up to a cap, decoded, and only ever returned as a string (it cannot
+change the tools or the budgets).
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from typing import Any
 
 import httpx2
 
+from collab.chat import egress
 from collab.chat.models import Assistant
-from collab.chat.provider_env import key_variable_allowed
 from collab.chat.replies.tool_spec import ToolError, ToolSpec
 
 MAX_READ_BYTES = 64 * 1024  # read no more of a response than this (the result keeps tools.MAX_RESULT_CHARS)
@@ -44,8 +47,8 @@ def _headers(tool: HttpTool) -> dict[str, str]:
     name = tool.api_key_env
     if not name:
         return headers
-    if not key_variable_allowed(name):
-        raise ToolError(f"{tool.spec.name}: its key variable {name} is not an allowed key variable")
+    if not egress.tool_key_variable_allowed(name):
+        raise ToolError(f"{tool.spec.name}: its key variable {name} is not an allowed tool key variable")
     key = os.environ.get(name)
     if not key:
         raise ToolError(f"{tool.spec.name}: its key variable {name} is not set on the server")
@@ -61,7 +64,7 @@ async def post(tool: HttpTool, args: dict[str, Any]) -> str:
     timeout = httpx2.Timeout(tool.spec.timeout_s + BACKSTOP_S)
     try:
         async with (
-            httpx2.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+            egress.client(timeout) as client,
             client.stream("POST", tool.url, content=body, headers=headers) as response,
         ):
             data = b""
@@ -71,6 +74,8 @@ async def post(tool: HttpTool, args: dict[str, Any]) -> str:
                     break
             status = response.status_code
             encoding = response.encoding or "utf-8"
+    except egress.Refused as refused:  # the address it resolved to: nothing was sent
+        raise ToolError(f"{name}: refused: {refused}") from None
     except httpx2.TimeoutException:
         raise ToolError(f"{name}: no answer within {tool.spec.timeout_s:g} s") from None
     except httpx2.HTTPError as exc:

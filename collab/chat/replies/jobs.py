@@ -23,7 +23,7 @@ from collab.chat.models import Assistant, Message, Room
 from collab.chat.prepared import Prepared
 from collab.chat.replies import agents
 from collab.chat.replies.sink import RoomSink
-from collab.chat.services import budgets, votes
+from collab.chat.services import availability, budgets, votes
 from collab.chat.services.lenses import personal_lenses
 from collab.chat.services.providers import deployment_slots, prices, provider_config
 
@@ -84,8 +84,9 @@ def create_placeholders(
     room: Room, answered: Message, assistants: list[Assistant], first_seq: int, recipient: User | None = None
 ) -> list[Message]:
     """A streaming placeholder per assistant; with `recipient`, personal replies (`/each`)."""
-    if assistants:  # every invocation passes here: none once the room's budget is spent (room.budget)
-        budgets.check(room)
+    if assistants:  # every invocation passes here: none once the room's budget is spent (room.budget),
+        budgets.check(room)  # none of an assistant the room may not use (assistant.unavailable)
+        availability.check(room, assistants)
     return [
         Message.objects.create(
             room=room,

@@ -28,7 +28,7 @@ from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
 from collab.chat.replies import each
 from collab.chat.replies.jobs import create_placeholders, reply_jobs, start_and_announce
-from collab.chat.services import budgets, votes
+from collab.chat.services import availability, budgets, votes
 from collab.chat.services.rooms import allocate_seqs
 
 _HANDLE = re.compile(r"@?([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
@@ -62,6 +62,7 @@ def _assistant(room: Room, handle: object) -> Assistant:
     assistant = room.assistants.select_related("provider").filter(handle__iexact=match.group(1)).first()
     if assistant is None:
         raise ClientError("assistant.unavailable", f"No assistant called @{match.group(1)} is in this room.")
+    availability.check(room, [assistant])
     return assistant
 
 

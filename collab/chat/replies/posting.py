@@ -26,7 +26,7 @@ from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.prepared import Prepared
 from collab.chat.replies import agents, each, early
 from collab.chat.replies.jobs import ReplyJob, read_history, reply_jobs, start_and_announce
-from collab.chat.services import budgets, rooms
+from collab.chat.services import availability, budgets, rooms
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,9 @@ class PostResult:
     message: Message
     created: bool
     unknown_mentions: list[str] = field(default_factory=list)
+    # Mentioned assistants of the room that it may not use (services/availability.py):
+    # nothing was asked of them, and the poster is told.
+    unavailable: list[str] = field(default_factory=list)
     # Stored, but the replies it asked for were refused (room.budget): the poster is told.
     refused: ClientError | None = None
     # The "new" frame, when it could not be broadcast (the layer was away): the poster's
@@ -106,15 +109,31 @@ def _membership(room_id: int, user_id: int) -> Membership:
 _ASSISTANTS = Prepared(_room_assistants, 1)
 
 
-def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str], list[Assistant] | None]:
-    """The assistants a post invokes, the @names that are no assistant's nor member's, and
-    the room's assistants (None: not read, the post names nobody and the room does not
+@dataclass
+class Invoked:
+    """What a post asks for: the assistants it invokes, the @names that are no assistant's
+    nor member's, those of the room's assistants it named but may not use, and the room's
+    assistants it may use (None: not read, the post names nobody and the room does not
     reply to all)."""
+
+    assistants: list[Assistant]
+    unknown: list[str]
+    unavailable: list[str]
+    in_room: list[Assistant] | None
+
+
+def _invoked(room: Room, text: str) -> Invoked:
     names = mentions(text)
     if not names and not room.reply_to_all:  # most posts: no assistant to read
-        return [], [], None
-    assistants = _ASSISTANTS.rows(room.id)
+        return Invoked([], [], [], None)
+    attached = _ASSISTANTS.rows(room.id)
+    # Only what the room may use is ever invoked (@all and "every message" included): an
+    # assistant staff did not grant it is as if not attached, but the poster is told.
+    assistants = availability.available(room, attached)
     invoked, unknown = pick(assistants, names, room.reply_to_all)
+    withheld = {a.handle.lower() for a in attached} - {a.handle.lower() for a in assistants}
+    unavailable = [n for n in unknown if n in withheld]
+    unknown = [n for n in unknown if n not in withheld]
     if unknown:  # a member's name is just text
         named = Q()
         for n in unknown:
@@ -122,7 +141,7 @@ def _invoked(room: Room, text: str) -> tuple[list[Assistant], list[str], list[As
         found = Membership.objects.filter(named, room=room).values_list("user__username", flat=True)
         members = {u.lower() for u in found}
         unknown = [n for n in unknown if n not in members]
-    return invoked, unknown, assistants
+    return Invoked(invoked, unknown, unavailable, assistants)
 
 
 def pick(assistants: Sequence[Assistant], names: list[str], reply_to_all: bool) -> tuple[list[Assistant], list[str]]:
@@ -164,10 +183,13 @@ def store_post(
             # docs/benchmarks/2026-12-04.md#b-post-statements).
             room = membership.room
             rooms.check_open(room)
-            assistants, unknown, in_room = _invoked(room, text)
+            asked = _invoked(room, text)
+            assistants, unknown, in_room = asked.assistants, asked.unknown, asked.in_room
             review = agents.review_of(text, assistants)  # `@critic review @planner`: the critic alone
             if review is not None:
                 assistants = [review.reviewer]
+            if asked.unavailable and not assistants and each.is_each(text):  # refused whole, as /each is
+                raise availability.unavailable_error(asked.unavailable[0])
             personal = each.plan(room, text, assistants, mentions(text))  # `/each` (replies/each.py)
             if personal is not None:
                 assistants = personal.assistants
@@ -218,7 +240,9 @@ def store_post(
         log.exception("post %s stored, but its replies' context could not be read", message.id)
         jobs = []
         _fail(placeholders, "Could not read this conversation for the reply; ask again.")
-    return PostResult(message, created=True, unknown_mentions=unknown, refused=refused), placeholders, jobs
+    result = PostResult(message, created=True, unknown_mentions=unknown, refused=refused)
+    result.unavailable = asked.unavailable
+    return result, placeholders, jobs
 
 
 def _repeat_of(user_id: int, room_id: int, client_id: uuid.UUID | None) -> Message | None:
@@ -249,8 +273,8 @@ def _guess(room_id: int, author_name: str, text: str) -> list[early.Guess]:
     if known is None or not early.enabled() or each.is_each(text):
         return []
     room = known.room
-    if room.status != Room.Status.OPEN or room.budget_tokens is not None or room.budget_cost is not None:
-        return []  # refused, or its budget read: the stored way says
+    if room.status != Room.Status.OPEN or not budgets.unlimited(room):
+        return []  # refused, or its budget read (its own, or the default): the stored way says
     try:
         invoked, _ = pick(known.assistants, mentions(text), room.reply_to_all)
         if not invoked or any(a.is_agent for a in invoked) or agents.review_of(text, list(known.assistants)):

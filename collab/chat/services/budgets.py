@@ -2,7 +2,10 @@
 
 The month is the calendar month in UTC: what the room's messages created since its first
 instant used (prompt plus reply tokens, and `Message.cost`) counts against
-`Room.budget_tokens` and `Room.budget_cost`. Both blank: no budget. Once either is spent,
+`Room.budget_tokens` and `Room.budget_cost`. Both blank: the deployment's default budget
+(COLLAB_DEFAULT_ROOM_BUDGET_TOKENS and _COST, README "Security"), so that no room, a
+self-made one included, spends the deployment's provider money without limit; none when
+those are unset either. Once either is spent,
 an invocation (a post that would start replies, a regeneration, a continuation, `/each`)
 is refused with `room.budget` and the date it resets, before any reply is stored or any
 provider called. Replies already running finish (a budget may end a little overspent).
@@ -19,6 +22,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.db.models import DecimalField, F, IntegerField, Q, Sum, Value
 from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
@@ -56,6 +60,7 @@ class Budget:
     used_tokens: int
     used_cost: Decimal
     resets: date
+    default: bool = False  # the deployment's default budget: the room has none of its own
 
     @property
     def limited(self) -> bool:
@@ -76,10 +81,26 @@ class Budget:
         )
 
 
+def limits(room: Room) -> tuple[int | None, Decimal | None, bool]:
+    """The room's monthly limits in tokens and cost, and whether they are the deployment's
+    default (the room has none of its own)."""
+    if room.budget_tokens is not None or room.budget_cost is not None:
+        return room.budget_tokens, room.budget_cost, False
+    tokens, cost = settings.COLLAB_DEFAULT_ROOM_BUDGET_TOKENS, settings.COLLAB_DEFAULT_ROOM_BUDGET_COST
+    return tokens, cost, tokens is not None or cost is not None
+
+
+def unlimited(room: Room) -> bool:
+    """No budget at all: none of its own and no default (its use is not read)."""
+    tokens, cost, _ = limits(room)
+    return tokens is None and cost is None
+
+
 def usage(room: Room, now: datetime | None = None) -> Budget:
     """`room`'s budget as of now: one aggregate query, none when it has no budget."""
     resets = resets_on(now)
-    if room.budget_tokens is None and room.budget_cost is None:
+    tokens, cost, default = limits(room)
+    if tokens is None and cost is None:
         return Budget(None, None, 0, Decimal(0), resets)
     # A reply continued this month counts whole (its row holds both requests' usage).
     since = month_start(now)
@@ -90,7 +111,7 @@ def usage(room: Room, now: datetime | None = None) -> Budget:
         ),
         cost=Coalesce(Sum("cost", output_field=_MONEY), Value(Decimal(0)), output_field=_MONEY),
     )
-    return Budget(room.budget_tokens, room.budget_cost, int(used["tokens"]), Decimal(used["cost"]), resets)
+    return Budget(tokens, cost, int(used["tokens"]), Decimal(used["cost"]), resets, default)
 
 
 def check(room: Room) -> None:
@@ -105,8 +126,8 @@ def check(room: Room) -> None:
         return
     raise ClientError(
         "room.budget",
-        f"This room's monthly budget is spent: no assistant can reply until it resets on "
-        f"{budget.resets.isoformat()} (UTC). Staff can raise it.",
+        f"This room's monthly budget{' (the deployment default)' if budget.default else ''} is spent: no "
+        f"assistant can reply until it resets on {budget.resets.isoformat()} (UTC). Staff can raise it.",
     )
 
 

@@ -37,7 +37,7 @@ EXCERPT_CHARS = 240
 # these two are plain controls; escaping happens after, so a text holding them only ever
 # yields <mark> elements).
 _START, _STOP = "\x02", "\x03"
-FIELDS: tuple[str, ...] = (*transcripts.FIELDS, "edited_at", "deleted_at", "recipient__username")
+FIELDS: tuple[str, ...] = (*transcripts.FIELDS, "edited_at", "deleted_at")
 
 
 def check_query(raw: object) -> str:
@@ -154,26 +154,24 @@ class Export:
 
 
 def record(row: dict[str, object]) -> dict[str, object]:
-    """One message as the admin's transcript has it, plus what a member's export adds:
-    when it was edited or deleted (a tombstone: no text), and for a personal reply, whose."""
+    """One message as the admin's transcript has it (a personal reply's `recipient`
+    included), plus what a member's export adds: when it was edited or deleted (a
+    tombstone: no text)."""
     out = transcripts.record_of(row)
     out["edited"] = transcripts._iso(row["edited_at"])  # type: ignore[arg-type]
     out["deleted"] = transcripts._iso(row["deleted_at"])  # type: ignore[arg-type]
-    out["recipient"] = row["recipient__username"]
     return out
 
 
 def markdown(rec: dict[str, object]) -> str:
     if rec["deleted"]:
         head = f"### #{rec['seq']} {rec['author']} · {rec['role']}, deleted · {rec['time']}"
+        if rec["recipient"]:
+            head += f" · for {rec['recipient']} only"
         return f"{head}\n\n_(deleted {rec['deleted']})_\n\n"
-    text = transcripts.markdown_message(rec)
-    notes = []
-    if rec["edited"]:
-        notes.append(f"_(edited {rec['edited']})_")
-    if rec["recipient"]:
-        notes.append(f"_(a personal reply, for {rec['recipient']})_")
-    return text.rstrip("\n") + ("\n\n" + " ".join(notes) if notes else "") + "\n\n"
+    text = transcripts.markdown_message(rec)  # its heading says "for NAME only" for a personal reply
+    note = f"\n\n_(edited {rec['edited']})_" if rec["edited"] else ""
+    return text.rstrip("\n") + note + "\n\n"
 
 
 async def stream(export: Export, fmt: str) -> AsyncIterator[bytes]:

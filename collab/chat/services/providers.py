@@ -25,6 +25,8 @@ def ensure_default_assistant() -> Assistant:
     provider, _ = Provider.objects.update_or_create(name="default", defaults=default_endpoint_settings())
     for name, values in env_providers().items():
         extra, _ = Provider.objects.update_or_create(name=name, defaults=values)
+        # Granted-only, as every new assistant (services/availability.py): a provider with a
+        # key reaches the rooms staff grant it to, not every self-made room.
         Assistant.objects.get_or_create(handle=name, defaults={"display_name": name.title(), "provider": extra})
     assistant = Assistant.objects.filter(is_default=True).select_related("provider").first()
     if assistant is None:
@@ -35,6 +37,7 @@ def ensure_default_assistant() -> Assistant:
                 "display_name": "Assistant",
                 "provider": provider,
                 "is_default": True,
+                "available_to": Assistant.Availability.EVERYONE,  # every new room gets it
                 # a 135M model wanders at 0.7 ("Two + Two equals eight"); 0.2 keeps it on track
                 "temperature": 0.2 if local else 0.7,
             },

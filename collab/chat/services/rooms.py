@@ -19,6 +19,7 @@ from collab.chat import broadcast, frames, rendering, shared
 from collab.chat.errors import ClientError
 from collab.chat.events import MembershipEnded, RoomFrame
 from collab.chat.models import Assistant, Ban, Membership, Room, new_invite_token
+from collab.chat.services import availability
 from collab.chat.services.providers import ensure_default_assistant
 
 
@@ -205,10 +206,17 @@ def update_room(
         room.system_prompt = system_prompt.strip()
         fields.append("system_prompt")
     with transaction.atomic():
+        # Only what the room may use (services/availability.py); one attached earlier that
+        # staff have not granted it stays attached, inert, for staff to grant again.
+        may_use = availability.attachable(room)
+        chosen = set(may_use.filter(pk__in=assistant_ids).values_list("pk", flat=True))
+        if refused := sorted(set(assistant_ids) - chosen):
+            raise ClientError("assistant.unavailable", f"Assistant {refused[0]} is not available to this room.")
+        inert = set(room.assistants.exclude(pk__in=may_use.values("pk")).values_list("pk", flat=True))
         room.topic = topic
         room.reply_to_all = reply_to_all
         room.save(update_fields=fields)
-        room.assistants.set(Assistant.objects.filter(pk__in=assistant_ids))
+        room.assistants.set(Assistant.objects.filter(pk__in=chosen | inert))
 
 
 def is_staff(user: Any) -> bool:

@@ -2,9 +2,11 @@
 for people) and `<slug>.jsonl` (JSON Lines, one message per line, for programs).
 
 Every message is in both, in seq order, with its seq, author, role, status, time and
-text. A reply still streaming is there with the text stored so far (its checkpoint: at
-most `CHECKPOINT_S` behind the live text) and status `streaming`. Each room exported
-leaves one audit row ("export"), written once the zip is complete.
+text; a personal reply (`/each`) not shared yet says whose it is (`recipient`, and "for
+NAME only" in the Markdown), so that it never reads as a message the room saw. A reply
+still streaming is there with the text stored so far (its checkpoint: at most
+`CHECKPOINT_S` behind the live text) and status `streaming`. Each room exported leaves one
+audit row ("export"), written once the zip is complete.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ FIELDS = (
     "votes_by",
     "pinned_at",  # on the room's pinned list (commands/pins.py): since when, and by whom
     "pinned_by_name",
+    "recipient__username",  # a personal reply not shared yet: whose it is (None: the room's)
 )
 
 
@@ -77,6 +80,7 @@ def record_of(row: dict[str, Any]) -> dict[str, object]:
         "finish_reason": row["finish_reason"] or None,  # "length": cut off at the token limit
         "votes": _votes(row),
         "pinned": {"by": row["pinned_by_name"], "at": _iso(row["pinned_at"])} if row["pinned_at"] else None,
+        "recipient": row["recipient__username"],
     }
 
 
@@ -108,6 +112,8 @@ def markdown_message(record: dict[str, object]) -> str:
     if status == Message.Status.STREAMING:
         status = "streaming: the text so far"
     head = f"### #{record['seq']} {who} · {record['role']}, {status} · {record['time']}"
+    if record.get("recipient"):  # a personal reply: the room never saw it
+        head += f" · for {record['recipient']} only"
     body = str(record["text"]) or "_(no text)_"
     if record.get("reasoning"):  # the thinking, folded, before the answer
         body = f"<details><summary>Thinking</summary>\n\n{record['reasoning']}\n\n</details>\n\n{body}"

@@ -76,6 +76,8 @@ class Command(BaseCommand):
                 role = Membership.Role.OWNER if user.pk == room.owner_id else Membership.Role.MEMBER
                 Membership.objects.get_or_create(room=room, user=user, defaults={"role": role})
             room.assistants.set(bots)
+            for bot in bots:  # granted-only, as every new assistant: these rooms may use them
+                bot.granted_rooms.add(room)
             out.append(
                 {
                     "slug": slug,

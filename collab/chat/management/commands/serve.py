@@ -261,6 +261,7 @@ class Command(BaseCommand):
                 defaults={"display_name": "Agent", "provider": default.provider, "is_agent": True,
                           "temperature": default.temperature},
             )  # fmt: skip
+            agent.granted_rooms.add(room)  # granted-only, as every new assistant: this room may use it
             room.assistants.add(agent)
         else:
             providers.ensure_default_assistant()
