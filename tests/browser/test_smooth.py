@@ -58,8 +58,8 @@ MEASURE = """(replies) => {
 
 
 # While the replies stream, the text the reader sees grows on the page about once per
-# frame window (COLLAB_COALESCE_MS, 30 ms): measured (load 4.5-7.3, 3 runs) a median
-# 32-33 ms between animation frames that showed more text, p90 35-37 ms, longest 89-91
+# frame window (COLLAB_COALESCE_MS, 30 ms): measured (load 4.5-7.8, 4 runs) a median
+# 32-33 ms between animation frames that showed more text, p90 35-37 ms, longest 84-91
 # ms; with the window at 250 ms (a stream bunched into four pieces a second) a median of
 # 250 ms. The bounds leave room for a loaded machine and fail a stream that comes in
 # bunches (a median over 100 ms) or stops mid-way (a pause over 500 ms).
