@@ -220,9 +220,51 @@ class Member:
                 await self.pump(timeout=timeout)
         return self.frames
 
-    async def assert_silent(self) -> None:
-        if not await self.comm.receive_nothing(timeout=0.2):
-            raise AssertionError(f"unexpected frame: {(await self.comm.receive_from())[:300]}")
+    async def assert_silent(self, timeout: float = 15.0) -> None:
+        """Nothing the server sent this socket before now is still unread: waits for an
+        event that proves it, never for a fixed time. First a message of the test's own
+        goes through the channel layer (`_layer_barrier`): what was sent through the layer
+        before it has reached this process. Then a frame that changes nothing and is
+        answered (not JSON: `frame.malformed`; a read-only staff socket answers
+        `room.read_only`) goes through this socket: its actions run in order, and what it
+        is sent leaves in order (its outbox), so the answer comes after every frame
+        already on its way. Anything before the answer, or a close, fails. The answer is
+        not recorded (`frames`, `raw`)."""
+        await _layer_barrier()
+        await self.comm.send_to(text_data=SILENCE_PROBE)
+        async with asyncio.timeout(timeout):
+            out = await self.comm.receive_output(timeout)
+        if out["type"] == "websocket.close":
+            raise AssertionError(f"the socket was closed ({out.get('code')}) instead of staying silent")
+        answer = Frames()
+        answer.feed(out.get("text") or "")
+        if len(answer.errors) != 1 or answer.errors[0][0] not in PROBE_ANSWERS:
+            raise AssertionError(f"unexpected frame: {(out.get('text') or str(out))[:300]}")
+
+
+SILENCE_PROBE = "silent?"  # not JSON: answered `frame.malformed`, with nothing changed or sent to anyone else
+PROBE_ANSWERS = ("frame.malformed", "room.read_only")
+
+
+async def _layer_barrier(timeout: float = 15.0) -> None:
+    """A message sent through the channel layer to a channel of the test's own, and
+    received: each layer delivers in order what is sent to this process (the in-memory
+    one at once; Redis pub/sub on one subscriber connection, in the order Redis ran the
+    PUBLISHes; the list layer on one list per process), so whatever was sent to this
+    process's channels and groups before it is now in their queues. Sent again each
+    second until one arrives: Redis may run the first PUBLISH before the SUBSCRIBE
+    that `new_channel` sent without waiting for its answer."""
+    layer = channel_layers["default"]
+    channel = await layer.new_channel()
+    received = asyncio.ensure_future(layer.receive(channel))
+    try:
+        async with asyncio.timeout(timeout):
+            while not received.done():
+                await layer.send(channel, {"type": "test.barrier"})
+                await asyncio.wait({received}, timeout=1.0)
+        received.result()
+    finally:
+        received.cancel()  # (done: nothing; else the pub/sub layer unsubscribes the channel)
 
 
 @contextlib.asynccontextmanager

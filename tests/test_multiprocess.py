@@ -8,6 +8,7 @@ rate and presence, whichever process holds the socket or runs the reply.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +22,13 @@ from collab.simulator.testing import running_simulator_app
 from tests.cluster import PASSWORD, Browser, Cluster, Tab, postgres_cluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
+
+# README, "Reliability": a killed process's replies end `interrupted` on the others within
+# 10 s of the kill. By design (collab/chat/lifecycle.py): its lease, renewed at its last
+# beat before the kill, runs out at most LEASE_TTL_S (6 s) later; another process's
+# sweep (every SWEEP_S, 2 s) takes it then and ends the reply; 2 s are left for that
+# sweep, the database write and the final frame's way to the socket.
+INTERRUPTED_WITHIN_S = 10.0
 
 # Slow enough that a reply is still streaming while the test acts on it (3,000 tokens
 # at 150 tokens/s: 20 s for @long), fast enough for the short ones (@short: 20 tokens).
@@ -137,11 +145,13 @@ async def test_kill_9_of_the_generating_process_interrupts_its_replies(two: tupl
         await a.post("@long keep going")
         await b.until(lambda t: streaming_with_text(t, 100))
         seen = the_reply(b).text
-        p1.proc.send_signal(signal.SIGKILL)
         killed = time.monotonic()
-        await b.until(lambda t: bool(the_reply(t).final_attrs), timeout=30)
+        p1.proc.send_signal(signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):  # (the bound is asserted below, with the time it took)
+            await b.until(lambda t: bool(the_reply(t).final_attrs), timeout=INTERRUPTED_WITHIN_S + 5)
         took = time.monotonic() - killed
-    print(f"kill -9: interrupted, seen on the other process {took:.1f} s after the kill")
+    assert took <= INTERRUPTED_WITHIN_S, f"its final article came {took:.1f} s after the kill, not within 10 s"
+    print(f"kill -9: the final article reached the other process {took:.1f} s after the kill")
     reply = the_reply(b)
     assert reply.final_attrs["data-status"] == "interrupted"
     stored = cluster.replies()[reply.id]

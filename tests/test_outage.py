@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import redis
 
+from collab.chat.lifecycle import HEARTBEAT_S
 from collab.simulator.testing import running_simulator_app
 from tests.cluster import SETUP, Browser, Cluster, Tab, postgres_url, throwaway_database
 from tests.conftest import IN_CI
@@ -37,6 +39,15 @@ room = Room.objects.get(slug="lab")
 provider = room.assistants.get(handle="long").provider
 room.assistants.add(Assistant.objects.create(handle="medium", display_name="MEDIUM", provider=provider, max_tokens=450, available_to="everyone"))
 """
+
+
+# README, "Reliability": every socket shows the stored state again within a heartbeat of
+# Redis's return. A socket that gets a live reply's piece past a gap takes the snapshot
+# at once (consumers.py); every socket is resynced when its process's next beat (within
+# HEARTBEAT_S) finds Redis back and the ping it sends itself through the channel layer
+# returns (lifecycle.py). A beat that ran before the layer's subscriber connection was
+# back loses its ping, and the next beat sends another: one heartbeat, and one to notice.
+RESYNCED_WITHIN_S = 2 * HEARTBEAT_S
 
 
 class OwnRedis:
@@ -155,10 +166,11 @@ async def test_redis_restart_mid_reply_loses_nothing_and_every_member_converges(
                 down_for = time.monotonic() - down_at
 
                 own_redis.start()  # empty: leases, live texts, presence and the layer's groups are gone
-                back_at = time.monotonic()
+                back_at = time.monotonic()  # it answers
                 for tab in (a, b):  # each socket gets the room's snapshot again
                     await tab.until(lambda t: t.frames.snapshots >= 2, timeout=15)
                 resynced = time.monotonic() - back_at
+                assert resynced <= RESYNCED_WITHIN_S, f"resynced {resynced:.1f} s after Redis came back"
                 for tab in (a, b):
                     assert by_author(tab, "MEDIUM").status == "done"  # ended during the outage
                     await tab.until(lambda t: bool(by_author(t, "LONG").final_attrs), timeout=60)
@@ -303,6 +315,30 @@ async def test_a_member_who_stops_reading_is_cut_off_and_the_others_keep_up(sim_
                     json.dumps({"text": f"post-{i:05d}-" + "x" * (size - 11), "client_id": str(uuid.uuid4())})
                 )
 
+        async def read_once_cut() -> tuple[int | None, float]:
+            """The stalled socket read to its end as soon as the server counts it cut: its
+            close code (None: dropped, no close frame came), and the time from the last
+            question the server answered "not cut" (the cut came after it) to the end.
+            Its close frame waits behind its backlog, and autobahn drops a connection
+            whose close handshake is not done within its closeHandshakeTimeout: 1 s
+            (Daphne keeps it), but its timers are rounded down to the whole second, so
+            anywhere from 0 to 1 s after the close frame was queued. However quickly it
+            starts reading, a reader that far behind may so see the connection drop
+            instead (docs/wire.md); read at once, it mostly gets its close."""
+            not_yet = -math.inf  # (cut before the first answer: when is not known)
+            while True:
+                asked = time.monotonic()
+                if await asyncio.to_thread(_metric, p1.url, token, "collab_sockets_too_slow_total") >= 1:
+                    break
+                not_yet = asked  # not cut when asked: the cut came later
+                await asyncio.sleep(0.02)  # the server's own count is the only witness
+            try:
+                while True:
+                    await stalled.recv()
+            except ConnectionClosed as exc:
+                return (exc.rcvd.code if exc.rcvd is not None else None), time.monotonic() - not_yet
+
+        watch = asyncio.ensure_future(read_once_cut())
         async with asyncio.timeout(180):
             await asyncio.gather(post(), *(read(n, ws) for n, ws in enumerate(readers)))
         rss_after = _rss_kb(p1.proc.pid)
@@ -318,15 +354,11 @@ async def test_a_member_who_stops_reading_is_cut_off_and_the_others_keep_up(sim_
         assert (rss_after - rss_before) * 1024 < posts * size / 3
         for ws in readers:
             await ws.close()
-        # The server closed the stalled socket: reading it now drains what the kernel
-        # held and ends in its close (4408, or a dropped connection if the close handshake
-        # timed out first: the page reconnects either way).
-        with pytest.raises(ConnectionClosed) as closed:
-            async with asyncio.timeout(60):
-                while True:
-                    await stalled.recv()
-        code = closed.value.rcvd.code if closed.value.rcvd is not None else None
-        print(f"the stalled reader was closed (code {code})")
+        async with asyncio.timeout(30):
+            code, within = await watch
+        print(f"the stalled reader was closed (code {code}), read to its end {within:.2f} s after the last 'not cut'")
+        # Its close, 4408, or (the close handshake timed out before it was read) a dropped
+        # connection, with no close frame: never a close with another code.
         assert code in (4408, None)
         async with asyncio.timeout(30):  # every socket, the cut one included, is let go
             while _metric(p1.url, token, "collab_sockets_open") != 0:  # noqa: ASYNC110

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import hiredis
@@ -16,9 +17,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import TimeoutError as RedisTimeout
 
 from collab.chat import shared
+from collab.chat.lifecycle import RELEASE_AFTER_RESTART_S
 from collab.chat.shared.base import ReplyEnded, SharedState, StateLost
+from collab.chat.shared.memory import MemoryState
 from collab.chat.shared.redis import RedisState, _Connection, _connection_class
 from tests.conftest import _use_layer, require_redis
+from tests.test_outage import OwnRedis
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
@@ -99,14 +103,33 @@ async def test_a_piece_is_recorded_once_and_only_where_the_owner_says(settings: 
         await shared.reset()
 
 
-async def test_memory_state_never_reports_a_restart(state: SharedState) -> None:
-    """Leases are trusted only once the state has been up a lease period: Redis reports
-    its own uptime; one process's memory lives exactly as long as its replies."""
-    uptime = await state.uptime_s()
-    if isinstance(state, RedisState):
-        assert 0 <= uptime < float("inf")
-    else:
-        assert uptime == float("inf")
+async def test_memory_state_never_reports_a_restart() -> None:
+    """Leases are trusted only once the state has been up a while (lifecycle.sweep_once):
+    one process's memory lives exactly as long as its replies."""
+    assert await MemoryState().uptime_s() == float("inf")
+
+
+@pytest.mark.redis
+async def test_redis_uptime_grows_and_starts_again_at_a_restart(settings: Any, tmp_path: Path) -> None:
+    """Redis's own uptime, which the sweeps wait on after a restart (lifecycle.sweep_once):
+    it counts up while Redis runs, and from zero again once it restarted (empty)."""
+    redis = OwnRedis(tmp_path)
+    redis.start()
+    _use_layer(settings, "memory")
+    settings.COLLAB_SHARED_REDIS_URL = redis.url
+    try:
+        state = shared.backend()
+        first = await state.uptime_s()
+        assert 0 <= first < RELEASE_AFTER_RESTART_S  # it has just started
+        async with asyncio.timeout(5):  # it counts whole seconds
+            while (later := await state.uptime_s()) <= first:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)  # Redis's clock is the only witness
+        redis.stop()
+        redis.start()
+        assert await state.uptime_s() < later
+    finally:
+        await shared.reset()
+        redis.stop()
 
 
 def test_a_plain_redis_url_gets_the_connection_that_writes_in_place() -> None:

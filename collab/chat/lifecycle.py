@@ -179,14 +179,19 @@ class Runtime:
 
     async def _heartbeat(self) -> None:
         while True:
-            try:
-                await self.beat()
-            except Exception as exc:
-                if not self.stale:
-                    log.warning("heartbeat failed: %r; the sockets are resynced when it is back", exc)
-                self.stale = True
-                self._failed_at = asyncio.get_running_loop().time()
+            await self.heartbeat()
             await asyncio.sleep(HEARTBEAT_S)
+
+    async def heartbeat(self) -> None:
+        """One beat. A failed one marks the process stale (its sockets are resynced once
+        the layer answers again) and holds its sweeps off for a while (`sweep`)."""
+        try:
+            await self.beat()
+        except Exception as exc:
+            if not self.stale:
+                log.warning("heartbeat failed: %r; the sockets are resynced when it is back", exc)
+            self.stale = True
+            self._failed_at = asyncio.get_running_loop().time()
 
     async def beat(self) -> None:
         state = shared.backend()
@@ -259,13 +264,19 @@ class Runtime:
     async def _sweeper(self) -> None:
         while True:
             try:
-                # Not while this process itself could not reach Redis lately: the other
-                # owners' leases may have run out for the same reason, and they still run.
-                if asyncio.get_running_loop().time() - self._failed_at > LEASE_TTL_S + 2 * HEARTBEAT_S:
-                    await sweep_once()
+                await self.sweep()
             except Exception:
                 log.warning("sweep failed", exc_info=True)
             await asyncio.sleep(SWEEP_S)
+
+    async def sweep(self) -> list[int]:
+        """`sweep_once`, but not while this process itself could not reach Redis lately
+        (a heartbeat failed less than a lease and two beats ago): the other owners' leases
+        may have run out for the same reason, and they still run, renewing them at their
+        next beat (tests/test_sweeps.py)."""
+        if asyncio.get_running_loop().time() - self._failed_at <= LEASE_TTL_S + 2 * HEARTBEAT_S:
+            return []
+        return await sweep_once()
 
     # --- sockets --------------------------------------------------------------------------------
 

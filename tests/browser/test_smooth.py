@@ -1,11 +1,15 @@
-"""Two replies streaming side by side at 750 tokens/s each: the page's long tasks
+"""Two replies streaming side by side at 750 tokens/s each, as the reader sees them: the
+text grows on the page smoothly, in small steps about once per frame window, never in
+bunches (asserted: SMOOTH_MEDIAN_GAP_MS, SMOOTH_LONGEST_GAP_MS). The page's long tasks
 (PerformanceObserver 'longtask': main-thread work over 50 ms) and its frames per second
-(requestAnimationFrame callbacks over the streaming window), measured in the browser and
-printed; docs/benchmarks/2026-12-03.md#b-browser records them. The target is no long task
-over 50 ms; this test asserts only that the measurement ran, never a speed."""
+(requestAnimationFrame callbacks over the streaming window) are measured in the browser
+and printed, not asserted (they follow the machine's load);
+docs/benchmarks/2026-12-03.md#b-browser records them. Their target is no long task over
+50 ms."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -24,7 +28,23 @@ MEASURE = """(replies) => {
   new PerformanceObserver(list => {
     for (const e of list.getEntries()) if (m.end === null) m.longtasks.push({start: e.startTime, ms: e.duration});
   }).observe({type: 'longtask'});
-  const frame = () => { if (m.end === null) { m.frames++; requestAnimationFrame(frame); } };
+  const mine = () => [...document.querySelectorAll('article[data-role=assistant]')].filter(a => Number(a.dataset.seq) > seq);
+  // [time, characters] at each animation frame where what the reader sees of the replies
+  // (their formatted views) grew, and by how much.
+  m.shown = [];
+  const seen = new Map();
+  const frame = () => {
+    if (m.end !== null) return;
+    m.frames++;
+    let grew = 0;
+    for (const a of mine()) {
+      const view = a.querySelector('.live');
+      const n = view ? view.textContent.length : 0, before = seen.get(a.id) || 0;
+      if (n > before) { grew += n - before; seen.set(a.id, n); }
+    }
+    if (grew) m.shown.push([performance.now(), grew]);
+    requestAnimationFrame(frame);
+  };
   requestAnimationFrame(frame);
   new MutationObserver((records, observer) => {
     const mine = [...document.querySelectorAll('article[data-role=assistant]')].filter(a => Number(a.dataset.seq) > seq);
@@ -35,6 +55,16 @@ MEASURE = """(replies) => {
     }
   }).observe(document.getElementById('messages'), {childList: true});
 }"""
+
+
+# While the replies stream, the text the reader sees grows on the page about once per
+# frame window (COLLAB_COALESCE_MS, 30 ms): measured (load 4.5-7.8, 4 runs) a median
+# 32-33 ms between animation frames that showed more text, p90 35-37 ms, longest 84-91
+# ms; with the window at 250 ms (a stream bunched into four pieces a second) a median of
+# 250 ms. The bounds leave room for a loaded machine and fail a stream that comes in
+# bunches (a median over 100 ms) or stops mid-way (a pause over 500 ms).
+SMOOTH_MEDIAN_GAP_MS = 100.0
+SMOOTH_LONGEST_GAP_MS = 500.0
 
 
 def test_two_replies_at_750_tokens_per_second(chromium: Any, site: Any) -> None:
@@ -64,8 +94,18 @@ def test_two_replies_at_750_tokens_per_second(chromium: Any, site: Any) -> None:
         "longtask_at_ms": [round(t["start"] - m["first"]) for t in m["longtasks"]],
         "collab_js": stats,
     }
+    times = [at for at, _ in m["shown"]]
+    gaps = sorted(b - a for a, b in itertools.pairwise(times))
+    steps = sorted(chars for _, chars in m["shown"])
+    report["updates"] = len(times)
+    if gaps:
+        quantiles = [gaps[int(len(gaps) * q)] for q in (0.5, 0.9, 0.99)] + [gaps[-1]]
+        report["update_gap_ms_p50_p90_p99_max"] = [round(ms, 1) for ms in quantiles]
+        report["update_chars_p50_max"] = [steps[len(steps) // 2], steps[-1]]
     print("BROWSER-SMOOTHNESS " + json.dumps(report))
     screenshot(page, "room-two-long-replies")
     assert m["supported"], "this Chromium reports no long tasks"
-    assert m["frames"] > 0 and fps > 0
-    assert seconds > 0
+    assert len(gaps) >= 20, f"the replies' text grew on the page in {len(times)} animation frames only"
+    median, longest = gaps[len(gaps) // 2], gaps[-1]
+    assert median <= SMOOTH_MEDIAN_GAP_MS, f"the text grew every {median:.0f} ms (median): bunched"
+    assert longest <= SMOOTH_LONGEST_GAP_MS, f"the text stood still for {longest:.0f} ms mid-stream"
