@@ -24,6 +24,7 @@ from websockets.uri import parse_uri
 __all__ = ["ConnectionClosed", "HandshakeError", "WebSocket"]
 
 _RECV = 262_144  # bytes per recv: a lagging member takes a whole backlog at once
+_TEXT, _BINARY, _CONT, _CLOSE = Opcode.TEXT, Opcode.BINARY, Opcode.CONT, Opcode.CLOSE
 
 
 class HandshakeError(Exception):
@@ -117,10 +118,10 @@ class WebSocket:
             if self._pending:
                 events = self._pending + events
                 self._pending = []
-            out = self._messages(events)
-            self._flush()  # pongs, and the close frame's echo
-            if out:
-                return out
+            if events:
+                out = self._messages(events)
+                if out:
+                    return out
             if self.closed:
                 raise ConnectionClosed(self.close_code)
             try:
@@ -136,27 +137,30 @@ class WebSocket:
                 # A frame the protocol refused: it has queued its close frame and reads no
                 # more. The messages before that frame are still returned.
                 self.closed = True
+                self._flush()
 
     def _messages(self, events: list[Frame]) -> list[bytes]:
         out: list[bytes] = []
         for frame in events:
             opcode = frame.opcode
-            if opcode is Opcode.TEXT or opcode is Opcode.BINARY:
+            if opcode is _TEXT or opcode is _BINARY:
                 # The protocol's buffer hands out bytearrays; a message is a dict key.
                 data = bytes(frame.data)
                 if frame.fin:
                     out.append(data)
                 else:
                     self._fragments = [data]
-            elif opcode is Opcode.CONT:
+            elif opcode is _CONT:
                 self._fragments.append(bytes(frame.data))
                 if frame.fin:
                     out.append(b"".join(self._fragments))
                     self._fragments = []
-            elif opcode is Opcode.CLOSE:
-                close = self.protocol.close_rcvd
-                self.close_code = close.code if close is not None else 1005
-                self.closed = True
+            else:  # a ping or a close: the protocol has queued the answer (pong, close echo)
+                if opcode is _CLOSE:
+                    close = self.protocol.close_rcvd
+                    self.close_code = close.code if close is not None else 1005
+                    self.closed = True
+                self._flush()
         return out
 
     # --- writing ------------------------------------------------------------------------
