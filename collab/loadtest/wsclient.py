@@ -25,6 +25,7 @@ __all__ = ["ConnectionClosed", "HandshakeError", "WebSocket"]
 
 _RECV = 262_144  # bytes per recv: a lagging member takes a whole backlog at once
 _TEXT, _BINARY, _CONT, _CLOSE = Opcode.TEXT, Opcode.BINARY, Opcode.CONT, Opcode.CLOSE
+_Frames = list[Frame]  # past the handshake the protocol's events are all frames (made once, not per read)
 
 
 class HandshakeError(Exception):
@@ -113,8 +114,7 @@ class WebSocket:
         raises."""
         protocol = self.protocol
         while True:
-            # Past the handshake the protocol's events are all frames.
-            events = cast(list[Frame], protocol.events_received())
+            events = cast(_Frames, protocol.events_received())
             if self._pending:
                 events = self._pending + events
                 self._pending = []
