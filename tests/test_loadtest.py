@@ -27,12 +27,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from collab.loadtest.config import RunConfig
-from collab.loadtest.frames import Frames, not_escaped
+from collab.loadtest.frames import Frames
 from collab.loadtest.report import LATENCY_KEYS, REPORT_KEYS, knee_of, passes, summary, table
 from collab.loadtest.room import Post, RoomRun
 from collab.loadtest.sampler import Counters, Sampler, level_resources, loop_lag
 from collab.loadtest.stats import Collector, Histogram, percentiles
-from collab.loadtest.wire import parse_frame, words_of_html, words_of_text
+from collab.loadtest.wire import not_escaped, parse_frame, words_of_html, words_of_text
 from collab.loadtest.wsclient import ConnectionClosed, HandshakeError, WebSocket
 from collab.simulator.text import simulated_tokens, split_tokens
 from tests.conftest import require_redis
@@ -221,6 +221,7 @@ def test_not_escaped_counts_what_html_escaping_would_have_changed() -> None:
     assert not_escaped("Tom & Jerry") == 1
     assert not_escaped("&amp") == 1  # no semicolon: not a reference
     assert not_escaped("a > b &# c") == 2
+    assert not_escaped(b"a > b &# c &amp;") == 2  # the same on the bytes of a frame
 
 
 def test_both_checkers_flag_a_piece_that_is_not_escaped() -> None:
@@ -319,10 +320,19 @@ def test_websocket_client_handshake_frames_in_the_same_read_ping_and_close_code(
         seen["head"] = head
         key = re.search(r"Sec-WebSocket-Key: (\S+)", head)
         assert key is not None
-        accept = base64.b64encode(hashlib.sha1((key.group(1) + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+        accept = base64.b64encode(
+            hashlib.sha1((key.group(1) + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()
+        )
         upgrade = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         # The answer, the snapshot and a ping in one write: one read may hold them all.
-        conn.sendall(upgrade + b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + _ws_frame(0x1, b"snapshot") + _ws_frame(0x9, b"hi"))
+        conn.sendall(
+            upgrade
+            + b"Sec-WebSocket-Accept: "
+            + accept
+            + b"\r\n\r\n"
+            + _ws_frame(0x1, b"snapshot")
+            + _ws_frame(0x9, b"hi")
+        )
         data = b""
         while len(data) < 8:  # the pong: 2 + 4 (mask) + 2 bytes
             data += conn.recv(4096)
