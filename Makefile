@@ -67,6 +67,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy collab
+	$(BIN)/lint-imports --no-cache
 
 clean:
-	rm -rf $(VENV) .staticfiles .pytest_cache .mypy_cache .ruff_cache db.sqlite3* .test-db.sqlite3*
+	rm -rf $(VENV) .staticfiles .pytest_cache .mypy_cache .ruff_cache .import_linter_cache db.sqlite3* .test-db.sqlite3*

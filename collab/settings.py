@@ -1,7 +1,7 @@
 """Settings: every knob comes from the environment, with an embedded default.
 
 With nothing set, collab runs on SQLite (WAL), the in-memory channel layer and the
-default model endpoint described in WIRE.md. See README.md "Configuration".
+default model endpoint described in docs/wire.md. See README.md "Configuration".
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ _sqlite_path = env("COLLAB_SQLITE_PATH", str(BASE_DIR / "db.sqlite3"))
 if env("DATABASE_URL"):
     DATABASES: dict[str, dict[str, Any]] = {
         # Persistent connections: database_sync_to_async closes "old" ones around every
-        # call, and at CONN_MAX_AGE=0 that is every call (12% of the DB thread, measured).
+        # call, and at CONN_MAX_AGE=0 that is every call, a connection opened each time
+        # (docs/benchmarks/2026-12-02.md#b-first-profile).
         "default": dict(dj_database_url.parse(env("DATABASE_URL"), conn_max_age=600, conn_health_checks=True))
     }
 else:
@@ -145,9 +146,9 @@ COLLAB_SHARED_REDIS_URL = env("COLLAB_SHARED_REDIS_URL", REDIS_URL)
 # Every key collab writes in Redis, the channel layer's included, starts with this: two
 # deployments (or test runs) can share one Redis.
 COLLAB_REDIS_PREFIX = env("COLLAB_REDIS_PREFIX", "collab:")
-# Pub/sub: 5x the group_sends/s of the list-based layer and no silent drop at
-# `capacity` (docs/benchmarks.md, "channel layers"). COLLAB_REDIS_LAYER=core picks the
-# list-based one (the `naive` load-test scenario does).
+# Pub/sub: several times the group_sends/s of the list-based layer, lower latency, and no
+# silent drop at `capacity` (docs/benchmarks/2026-12-02.md#b-channel-layers).
+# COLLAB_REDIS_LAYER=core picks the list-based one (the `naive` load-test scenario does).
 _redis_layer = env("COLLAB_REDIS_LAYER", "pubsub")
 if REDIS_URL:
     CHANNEL_LAYERS: dict[str, dict[str, Any]] = {
@@ -243,7 +244,7 @@ LOGGING = {
 }
 
 # --- collab ---------------------------------------------------------------------
-# Default model endpoint (WIRE.md). With none set: the embedded local model.
+# Default model endpoint (docs/wire.md). With none set: the embedded local model.
 COLLAB_LLM_BASE_URL = env("COLLAB_LLM_BASE_URL")
 COLLAB_LLM_API_KEY_ENV = "COLLAB_LLM_API_KEY"  # the key's *name*; its value is never stored
 COLLAB_LLM_MODEL = env("COLLAB_LLM_MODEL")
@@ -251,7 +252,7 @@ COLLAB_LOCAL_MODEL_URL = env("COLLAB_LOCAL_MODEL_URL", "http://127.0.0.1:8088/v1
 
 COLLAB: dict[str, Any] = {
     # One frame per room per window after the first piece: 30 ms keeps 33 frames/s per
-    # reply, well under the pub/sub layer's 3,000 group_sends/s (ARCHITECTURE.md).
+    # reply, far below what the pub/sub layer can send (docs/benchmarks/2026-12-02.md#b-channel-layers).
     "COALESCE_MS": env_float("COLLAB_COALESCE_MS", 30.0),
     "MAX_MESSAGE_CHARS": env_int("COLLAB_MAX_MESSAGE_CHARS", 8000),
     # A frame from a browser is a form: text plus htmx headers; 4x the text cap is ample.

@@ -4,15 +4,15 @@
 command line (`python -m daphne --help`). Daphne makes its Twisted reactor's asyncio
 loop with `asyncio.new_event_loop()` when `daphne.server` is first imported, so the
 loop policy set here, before that import, decides which loop it is; Twisted's
-`AsyncioSelectorReactor` runs on uvloop's. uvloop alone took 15% off the server's CPU
-per delivered frame, and with orjson and hiredis a third (docs/benchmarks.md, "Faster
-parts for Daphne"). `python -m daphne` still works, on the standard loop.
+`AsyncioSelectorReactor` runs on uvloop's, which spends less CPU per delivered frame
+than the standard loop (docs/benchmarks/2026-12-03.md#b-faster-parts). `python -m
+daphne` still works, on the standard loop.
 
 It also makes Twisted write each frame to its socket at once when nothing is queued
 for that socket (`EagerServer`): Twisted queues every write and registers the socket
 for writability, then writes and unregisters it on the next loop turn, two epoll
-calls and a reactor callback per frame per member (docs/benchmarks.md, "Writing at
-once").
+calls and a reactor callback per frame per member
+(docs/benchmarks/2026-12-03.md#b-writing-at-once).
 """
 
 from __future__ import annotations

@@ -181,7 +181,8 @@ class Browser:
 
 SETUP = f"""
 from django.contrib.auth.models import User
-from collab.chat.actions import providers, rooms
+from collab.chat.services import providers
+from collab.chat.services import rooms
 from collab.chat.models import Assistant, Membership
 alice = User.objects.create_user("alice", password="{PASSWORD}")
 bob = User.objects.create_user("bob", password="{PASSWORD}")

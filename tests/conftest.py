@@ -21,10 +21,11 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
-from collab.chat import early, shared
+from collab.chat import shared
 from collab.chat.generation import registry
 from collab.chat.lifecycle import runtime
 from collab.chat.models import Assistant, Membership, Provider, Room
+from collab.chat.replies import early
 from collab.llm.client import aclose_clients
 from collab.loadtest.frames import Frames
 from collab.simulator.testing import running_simulator_app

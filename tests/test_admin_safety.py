@@ -13,9 +13,9 @@ from channels.layers import channel_layers
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from collab.chat.actions import moderation
 from collab.chat.errors import ClientError
 from collab.chat.models import AuditEntry, Ban, Membership, Provider, Room
+from collab.chat.services import moderation
 from tests.conftest import World, connected
 
 pytestmark = pytest.mark.django_db(transaction=True)

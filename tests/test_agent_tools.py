@@ -1,4 +1,4 @@
-"""Agents' tools (collab/chat/actions/tools.py, http_tools.py, calculator.py): the
+"""Agents' tools (collab/chat/replies/tools.py, http_tools.py, calculator.py): the
 calculator refuses anything but arithmetic; each built-in is authorised against the
 asker at call time (a room they are not in, another member's personal reply); bad
 arguments are a ToolError; HTTP tools are called for real, against a local HTTP server;
@@ -19,9 +19,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from collab.chat import shared
-from collab.chat.actions.tools import BUILTIN_NAMES, Toolbox, ToolError, toolbox_for
 from collab.chat.calculator import CalcError, calculate
 from collab.chat.models import Assistant, AuditEntry, Membership, Message, Provider, Room, Tool
+from collab.chat.replies.tools import BUILTIN_NAMES, Toolbox, ToolError, toolbox_for
 from tests.httpd import serving
 
 # --- the calculator ---------------------------------------------------------------------------

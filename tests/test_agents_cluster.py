@@ -3,7 +3,7 @@ agent run started by a member on one Daphne process streams its log live to memb
 the other one, a socket that joins there mid-run resumes it gap-free, and the asker
 stops it from the other process mid-run: it ends `stopped` everywhere, the model's
 stream is closed, and what was done is stored (two real Daphnes, one Redis, one
-PostgreSQL: tests/cluster.py; the run's log lines: docs/architecture.md, "agents")."""
+PostgreSQL: tests/cluster.py; the run's log lines: docs/architecture.md#a-agents)."""
 
 from __future__ import annotations
 

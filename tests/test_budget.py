@@ -25,9 +25,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from collab.chat import rendering, shared
-from collab.chat.actions import rooms, snapshot
 from collab.chat.markup import render_markdown
 from collab.chat.models import Membership, Message, Room
+from collab.chat.services import rooms, snapshot
 from collab.loadtest.frames import Frames
 from collab.loadtest.wire import SNAPSHOT_PREFIX, articles, members
 from tests.conftest import World, member
@@ -293,7 +293,7 @@ def test_member_list_is_capped_online_first() -> None:
 
 FLOOD_SETUP = """
 from django.contrib.auth.models import User
-from collab.chat.actions import rooms
+from collab.chat.services import rooms
 from collab.chat.models import Membership
 users = [User.objects.create_user(n, password=n + "-pw-123") for n in ("alice", "bob", "dave", "erin")]
 room = rooms.create_room(users[0], "Lab")

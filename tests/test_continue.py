@@ -11,8 +11,8 @@ import pytest
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from collab.chat.actions.continuation import CONTINUE_PROMPT
 from collab.chat.models import Membership, Message, Room
+from collab.chat.replies.continuation import CONTINUE_PROMPT
 from tests.conftest import SIM_TOKENS, Member, World, member, reply_ids, stalling
 from tests.test_reasoning import exported
 

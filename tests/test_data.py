@@ -10,9 +10,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from collab.chat.actions import posting, rooms
 from collab.chat.errors import ClientError
 from collab.chat.models import Message
+from collab.chat.replies import posting
+from collab.chat.services import rooms
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -78,7 +78,8 @@ def recorded_sim() -> Iterator[tuple[str, Recorder]]:
 
 SETUP = """
 from django.contrib.auth.models import User
-from collab.chat.actions import providers, rooms
+from collab.chat.services import providers
+from collab.chat.services import rooms
 from collab.chat.models import Assistant, Membership
 alice = User.objects.create_user("alice", password="alice-pw-123")
 bob = User.objects.create_user("bob", password="bob-pw-123")

@@ -1,4 +1,4 @@
-"""The first token off the storage path (issue 9, lever 2; chat/early.py): a question's
+"""The first token off the storage path (issue 9, lever 2; chat/replies/early.py): a question's
 model request is sent before the question is stored, from what this process knows of
 the room, and taken by its reply only if it is the very request the stored context
 makes. Against the simulated model, through the real openai client."""
@@ -14,12 +14,13 @@ import pytest
 from channels.db import database_sync_to_async
 from prometheus_client import REGISTRY
 
-from collab.chat import broadcast, early
+from collab.chat import broadcast
 from collab.chat.generation import Outcome, ReplyJob, registry
 from collab.chat.models import Assistant, Message, Room
-from collab.llm import early as llm_early
+from collab.chat.replies import early
+from collab.llm import early_request as llm_early
 from collab.llm.client import Endpoint, request_body, stream_chat
-from collab.llm.early import EarlyRequest
+from collab.llm.early_request import EarlyRequest
 from collab.llm.pool import ProviderConfig, first_url, pool_for, stream_reply
 from tests.conftest import Member, World, all_final, member
 
@@ -148,7 +149,7 @@ async def test_guessing_can_be_turned_off(world: World, sim: tuple[str, Any], mo
         assert (count("taken"), count("wasted")) == (taken, wasted)
 
 
-# --- the request itself (llm/early.py) ------------------------------------------------------------
+# --- the request itself (llm/early_request.py) ------------------------------------------------------------
 
 
 async def test_stream_chat_takes_a_request_that_fits_and_cancels_one_that_does_not(sim: tuple[str, Any]) -> None:

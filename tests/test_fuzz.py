@@ -1,5 +1,5 @@
 """Property tests (hypothesis) on what a client controls: its WebSocket frames
-(frames.parse_frame), the message it posts (posting.check_post) and the Markdown every
+(commands.parse_action), the message it posts (posting.check_post) and the Markdown every
 member's browser renders (markup.render_markdown).
 
 Two budgets: the default ("quick", a few seconds, what `make test` and CI run) and
@@ -22,10 +22,13 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from collab.chat.actions.posting import check_post
+from collab.chat.commands import COMMANDS
+from collab.chat.commands import parse_action as parse_frame
 from collab.chat.errors import ClientError
-from collab.chat.frames import ACTIONS, parse_frame
 from collab.chat.markup import render_markdown
+from collab.chat.replies.posting import check_post
+
+ACTIONS = tuple(COMMANDS)
 
 hypothesis_settings.register_profile(
     "quick", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]

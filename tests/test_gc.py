@@ -1,6 +1,6 @@
 """The server's garbage collector as `lifecycle.freeze_startup_heap` leaves it once the
 reactor runs: the start-up heap out of its sight, the young generation collected less
-often (docs/benchmarks.md, "Issue 9, the collector's young generation")."""
+often (docs/benchmarks/2026-12-04.md#b-young-gc)."""
 
 from __future__ import annotations
 

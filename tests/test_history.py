@@ -16,8 +16,8 @@ from django.db import connection
 from django.test import AsyncClient, Client
 from django.utils import timezone
 
-from collab.chat.actions import history
 from collab.chat.models import Assistant, Ban, Membership, Message, Provider, Room
+from collab.chat.services import history
 
 pytestmark = pytest.mark.django_db
 

@@ -1,7 +1,7 @@
 """The load generator: its pieces on their own, and a short `loadtest --scenario one-room`
 end to end through the real command (simulator, Daphne and Locust as processes).
 
-The end-to-end runs assert what the run must deliver (every WIRE.md report key, the
+The end-to-end runs assert what the run must deliver (every docs/wire.md report key, the
 integrity figures at zero, replies completed; with ``--processes 2`` the members of one
 room spread over two server processes and Redis' commands per reply), never how fast
 the machine is.

@@ -6,7 +6,7 @@ answers: `merge.not_enough`. Refused (nothing stored, no model asked): a non-mem
 a locked room, a spent budget, read-only staff, another room's message, bad ids.
 
 The votes are made directly in the database (Vote rows and the reply's counts, as
-actions/votes.py keeps them, with the verdict of the room's rule: votes.verdict_of)."""
+services/votes.py keeps them, with the verdict of the room's rule: votes.verdict_of)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import User
 
-from collab.chat.actions import merging
-from collab.chat.actions.votes import verdict_of
+from collab.chat.commands.registry import act
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room, Vote
+from collab.chat.replies import merging
+from collab.chat.services.votes import verdict_of
 from collab.loadtest import wire
 from tests.conftest import Member, World, connected, member
 
@@ -192,13 +193,13 @@ async def test_who_may_not_post_may_not_merge_and_nothing_changes(world: World, 
     other_id, staff = await database_sync_to_async(setup_other)()
     # Not a member of the room (the socket would be refused: the action itself refuses too).
     with pytest.raises(ClientError) as exc:
-        await merging.merge(world.carol.pk, world.room.pk, asked.question, None)
+        await act(world.carol.pk, world.room.pk, "merge", message_id=asked.question)
     assert exc.value.code == "room.forbidden"
     # A member of another room, forging a merge of this room's message from there.
     async with member(world.carol, "other") as carol:
         await refused(carol, "message.not_found", message_id=asked.question)
     with pytest.raises(ClientError) as exc:
-        await merging.merge(world.carol.pk, other_id, asked.question, None)
+        await act(world.carol.pk, other_id, "merge", message_id=asked.question)
     assert exc.value.code == "message.not_found"
     # Staff viewing the room read-only.
     async with connected(staff, "lab") as (ok, _code, viewer):
@@ -295,7 +296,7 @@ def test_a_merge_is_not_an_answer_to_merge_and_a_redo_leaves_out_what_was_reject
     """approved_replies: the approved answers, not an approved merge of them (it would
     bring an unapproved source back in). redo: a merge asked again drops a source the room
     voted down since; with fewer than two left, merge.not_enough."""
-    from collab.chat.actions.votes import approved_replies
+    from collab.chat.services.votes import approved_replies
 
     asked = ask(world)
     question = Message.objects.get(pk=asked.question)

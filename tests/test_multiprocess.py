@@ -1,6 +1,6 @@
 """One room, two server processes: two real Daphnes on one real Redis and one real
 PostgreSQL database, members on each, the real openai client against the simulated
-model. Every promise of docs/architecture.md "Many processes" is checked here as a
+model. Every promise of docs/architecture.md#a-many-processes is checked here as a
 member sees it: live pieces, joining mid-reply, stop, kill -9, SIGTERM, the posting
 rate and presence, whichever process holds the socket or runs the reply.
 """
@@ -402,3 +402,17 @@ async def test_a_kick_from_the_admin_on_one_process_closes_the_socket_on_the_oth
 
 
 _AUDIT = "from collab.chat.models import AuditEntry; e = AuditEntry.objects.get(); print(e.actor_name, e.action, e.target_name)"
+
+
+async def test_deactivating_a_user_closes_their_sockets_on_every_process(two: tuple[Cluster, Browser, Browser]) -> None:
+    """Issue 33, sockets follow the account: staff deactivate bob (a third process, as the
+    admin would) and his sockets on both servers are told `session.ended` and closed."""
+    cluster, _alice, bob = two
+    p1, p2 = cluster.processes
+    async with bob.open(p1) as b1_ws, bob.open(p2) as b2_ws:
+        b1, b2 = await opened(b1_ws, b2_ws)
+        watches = [asyncio.create_task(closed_with(tab, "session.ended")) for tab in (b1, b2)]
+        code = "from django.contrib.auth.models import User; u = User.objects.get(username='bob'); u.is_active = False; u.save()"
+        await asyncio.to_thread(cluster.manage, "shell", "-c", code)
+        ends = await asyncio.gather(*watches)
+    assert [code for code, _ in ends] == [4403, 4403]

@@ -1,6 +1,6 @@
 """Personal replies (`/each`) on two real server processes: a reply run on one process
 streams to its recipient's sockets on the other, and to nobody else's there, until it is
-shared (docs/architecture.md, "personal replies"). Real Daphnes, Redis, PostgreSQL, the
+shared (docs/architecture.md#a-personal-replies). Real Daphnes, Redis, PostgreSQL, the
 real openai client against the simulated model."""
 
 from __future__ import annotations

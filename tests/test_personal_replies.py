@@ -1,5 +1,5 @@
 """A reply for each person: lenses, `/each`, sharing, and the privacy of personal replies
-(docs/architecture.md, "personal replies"; docs/wire.md, "lens", "/each", "share"),
+(docs/architecture.md#a-personal-replies; docs/wire.md, "lens", "/each", "share"),
 over real WebSocket clients, the real openai client and the simulated model, on the
 in-memory layer and a real Redis."""
 

@@ -13,10 +13,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from collab.chat import rendering
-from collab.chat.actions import posting, replies, sink
 from collab.chat.errors import ClientError
 from collab.chat.generation import Outcome
 from collab.chat.models import Message, Room
+from collab.chat.replies import posting, sink
 from tests.conftest import World, member
 
 
@@ -72,7 +72,7 @@ async def test_a_stored_post_whose_context_fails_is_announced_with_its_reply_fai
     def broken(*args: object) -> None:
         raise DatabaseError("the connection broke after the commit")
 
-    monkeypatch.setattr(replies, "reply_jobs", broken)
+    monkeypatch.setattr(posting, "reply_jobs", broken)  # as posting.py calls it
     async with member(world.alice) as alice, member(world.bob) as bob:
         await alice.post("@a hello")
         await bob.until(lambda f: any(r.role == "user" for r in f.replies.values()))

@@ -1,4 +1,4 @@
-"""The post path's reads compiled once (actions/prepared.py) give what their querysets give:
+"""The post path's reads compiled once (prepared.py) give what their querysets give:
 the same rows, the same converted values, the same related instances, in one statement
 each. Run on SQLite and on PostgreSQL (CI runs the suite on both)."""
 
@@ -18,12 +18,12 @@ from django.db.models import QuerySet
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from collab.chat.actions.posting import _ASSISTANTS, _MEMBER, _member, _room_assistants
-from collab.chat.actions.prepared import Prepared, PreparedUpdate
-from collab.chat.actions.replies import _HISTORY, read_history
-from collab.chat.actions.sink import _CHANGED, _MEANWHILE, _STREAMING
 from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES
 from collab.chat.models import Membership, Message, Room
+from collab.chat.prepared import Prepared, PreparedUpdate
+from collab.chat.replies.jobs import _HISTORY, read_history
+from collab.chat.replies.posting import _ASSISTANTS, _MEMBER, _member, _room_assistants
+from collab.chat.replies.sink import _CHANGED, _MEANWHILE, _STREAMING
 from tests.conftest import World, make_assistant
 
 pytestmark = pytest.mark.django_db

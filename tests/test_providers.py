@@ -19,8 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import Client
 
-from collab.chat.actions import providers
 from collab.chat.models import Message, Provider
+from collab.chat.services import providers
 from collab.llm import LLMError
 from collab.llm.client import aclose_clients
 from collab.llm.pool import ProviderConfig, pool_for, stream_reply

@@ -14,9 +14,9 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import connection
 
-from collab.chat.actions import posting
 from collab.chat.generation import registry
 from collab.chat.models import Message
+from collab.chat.replies import posting
 from collab.loadtest.frames import Frames
 from tests.conftest import Member, World, all_final, connected, member, reply_ids, stalling
 
@@ -247,7 +247,7 @@ def markup_model(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 async def test_reply_text_is_escaped_in_pieces_and_snapshots(world: World, markup_model: list[str]) -> None:
-    """TEXT is HTML-escaped (WIRE.md), in a piece and in a streaming reply's snapshot: the
+    """TEXT is HTML-escaped (docs/wire.md), in a piece and in a streaming reply's snapshot: the
     client's checker reads each as sent before unescaping, so text with `<hi>` or a bare
     `&` sent raw is caught even though it would unescape to the same characters."""
     await slow(world)
@@ -303,13 +303,13 @@ async def test_stop_keeps_partial_text(world: World) -> None:
 
 
 async def test_stop_all_stops_every_reply_of_the_room(world: World) -> None:
-    from collab.chat.actions import replies
+    from collab.chat.services import streams
 
     await stalling(world, "a", "b")
     async with member(world.alice) as alice:
         await alice.post("@a @b both of you, at length")
         await alice.until(lambda f: sum(1 for r in f.replies.values() if r.role == "assistant" and r.pieces) == 2)
-        await replies.stop_all(world.room.pk)
+        await streams.stop_all(world.room.pk)
         await alice.until(lambda f: all_final(f, 2))
     statuses = await database_sync_to_async(list)(
         Message.objects.filter(role="assistant").values_list("status", flat=True)
@@ -321,8 +321,8 @@ async def test_a_reply_ended_elsewhere_takes_no_more_pieces_from_its_owner(world
     """An owner that stalled past its lease while another process interrupted its reply
     (here: interrupt() called beside the running reply) adds nothing after the final
     article, and does not overwrite the stored outcome."""
-    from collab.chat.actions import replies
     from collab.chat.generation import registry
+    from collab.chat.replies.interrupt import interrupt
 
     await slow(world)
     async with member(world.alice) as alice:
@@ -331,7 +331,7 @@ async def test_a_reply_ended_elsewhere_takes_no_more_pieces_from_its_owner(world
         reply_id = reply_ids(alice.frames)[0]
         owner = registry.get(reply_id)
         assert owner is not None and owner.task is not None
-        await replies.interrupt(reply_id)
+        await interrupt(reply_id)
         await alice.until(lambda f: bool(f.replies[reply_id].final_attrs))
         pieces = alice.frames.replies[reply_id].pieces
         await owner.task  # the owner runs to its end meanwhile
@@ -355,7 +355,7 @@ async def test_regenerate_adds_a_new_reply(world: World) -> None:
 
 
 async def test_leaving_closes_the_members_sockets(world: World) -> None:
-    from collab.chat.actions import rooms
+    from collab.chat.services import rooms
 
     async with connected(world.bob, "lab") as (ok, _code, bob):
         assert ok

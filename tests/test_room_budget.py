@@ -19,8 +19,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from collab.chat.actions import budgets
 from collab.chat.models import AuditEntry, Membership, Message, Room
+from collab.chat.services import budgets
 from collab.loadtest.wire import attributes
 from tests.conftest import Member, World, all_final, member, reply_ids
 
@@ -195,8 +195,8 @@ async def test_a_room_without_a_budget_sends_no_budget_frame(world: World) -> No
 async def test_a_reply_in_a_room_known_to_have_no_budget_reads_nothing_for_it(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from collab.chat import early
     from collab.chat.generation import registry
+    from collab.chat.replies import early
 
     read: list[int] = []
     frame_of = budgets._frame
@@ -214,9 +214,9 @@ async def test_a_reply_in_a_room_known_to_have_no_budget_reads_nothing_for_it(
 
 @memory
 async def test_a_budget_set_on_a_known_room_is_shown_after_the_next_reply(world: World) -> None:
-    """The admin saves the room: every process forgets what it knew of it (chat/early.py),
+    """The admin saves the room: every process forgets what it knew of it (chat/replies/early.py),
     so the next reply's end reads the budget and shows it."""
-    from collab.chat import early
+    from collab.chat.replies import early
 
     async with member(world.alice) as alice:
         await alice.post("@a hi")

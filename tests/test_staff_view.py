@@ -15,8 +15,8 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 
 from collab.chat import shared
-from collab.chat.actions import moderation
 from collab.chat.models import AuditEntry, Ban, Membership, Message, Room
+from collab.chat.services import moderation
 from collab.loadtest.wire import members
 from tests.conftest import World, all_final, connected, member
 

@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import User
 
 from collab.chat import metrics
-from collab.chat.actions import presence
+from collab.chat.commands.registry import act
 from collab.chat.errors import ClientError
 from collab.chat.models import Message, Room
 from tests.conftest import Member, World, connected, member
@@ -94,7 +94,7 @@ async def test_typing_from_a_read_only_staff_socket_is_refused_and_nobody_told(w
 
 async def test_a_non_member_is_refused(world: World) -> None:
     with pytest.raises(ClientError) as refused:
-        await presence.typing(world.carol.pk, world.room.pk, "not-a-socket")
+        await act(world.carol.pk, world.room.pk, "typing")
     assert refused.value.code == "room.forbidden"
 
 

@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from collab.chat.actions import providers, rooms
 from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Room
+from collab.chat.services import providers, rooms
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,5 @@
 """Votes on assistants' replies, and what they decide (docs/wire.md, "vote";
-docs/architecture.md, "votes"): over real WebSocket clients, the real openai client and
+docs/architecture.md#a-votes): over real WebSocket clients, the real openai client and
 the simulated model (its recorded requests show what history the next turn was sent).
 The cross-process case is in tests/test_votes_cluster.py."""
 
@@ -19,9 +19,9 @@ from django.contrib.auth.models import User
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
-from collab.chat import early
 from collab.chat.generation import registry
 from collab.chat.models import Membership, Message, Room, Vote
+from collab.chat.replies import early
 from tests.conftest import Member, World, all_final, connected, member, stalling
 
 pytestmark = [
@@ -59,7 +59,7 @@ async def tag_texts(replies: list[Message]) -> list[str]:
         tag = f"ANSWER-{r.author_name}-{uuid.uuid4().hex[:8]}"
         await Message.objects.filter(pk=r.pk).aupdate(text=tag, html=f"<p>{tag}</p>")
         tags.append(tag)
-    if replies:  # written behind the app's back: said as a change without a frame is (chat/early.py)
+    if replies:  # written behind the app's back: said as a change without a frame is (chat/replies/early.py)
         await database_sync_to_async(early.changed)(replies[0].room_id)
     return tags
 
@@ -392,7 +392,7 @@ async def test_a_flood_of_votes_is_capped_and_the_counts_stay_true(world: World)
 def test_a_merge_stays_in_the_history_though_unvoted() -> None:
     """Among the answers to one question, unvoted ones go once a sibling is approved; a
     merge of the approved ones starts unvoted, and is what the room asked for: it stays."""
-    from collab.chat.actions.votes import APPROVED, steer
+    from collab.chat.services.votes import APPROVED, steer
 
     question = Message(id=1, seq=1, role="user", text="q")
     a = Message(id=2, seq=2, role="assistant", reply_to_id=1, verdict=APPROVED, votes_up=1, text="a")
@@ -406,7 +406,7 @@ def test_a_merge_stays_in_the_history_though_unvoted() -> None:
 def test_an_approved_reply_streaming_again_does_not_hide_its_siblings() -> None:
     """An approved answer being continued (streaming, its text not in history meanwhile)
     or approved with no text stands for nothing: the question keeps its other answers."""
-    from collab.chat.actions.votes import APPROVED, steer
+    from collab.chat.services.votes import APPROVED, steer
 
     question = Message(id=1, seq=1, role="user", text="q")
     again = Message(id=2, seq=2, role="assistant", reply_to_id=1, verdict=APPROVED, votes_up=1, status="streaming")

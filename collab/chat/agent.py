@@ -1,8 +1,7 @@
 """An agent run: plan, steps that call tools, a check after each, re-plan, a final answer.
 
 Pure, like generation.py: no HTML, no channel layer, no ORM. It is handed how to call
-the model, where the run's log and the answer go, and the tools (docs/architecture.md,
-"agents"):
+the model, where the run's log and the answer go, and the tools (docs/architecture.md#a-agents):
 
     plan call ──────────────────────────────> log  "▸ Plan"
     step call (tools) ─ tool_calls ─> tools, in parallel, each cut at its timeout
@@ -58,11 +57,11 @@ VERDICT = re.compile(r"^\W*(?:verdict\W*)?(not\s+on[ _-]?plan|on[ _-]?plan|re-?p
 
 
 class ToolFailed(Exception):
-    """A tool's own error (actions/tools.ToolError): its message goes to the model and the room."""
+    """A tool's own error (replies/tools.ToolError): its message goes to the model and the room."""
 
 
 class Tools(Protocol):
-    """What the run may call (actions/tools.Toolbox)."""
+    """What the run may call (replies/tools.Toolbox)."""
 
     def schemas(self) -> list[dict[str, Any]]: ...
 

@@ -7,7 +7,8 @@ class ChatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from collab.chat import early
-        from collab.chat.actions import sessions  # noqa: F401 (connects its signal receiver)
+        # Not at import: these modules read the models, which exist once the apps are loaded.
+        from collab.chat import commands, lifecycle, replies  # noqa: F401 (commands: fills the registry)
+        from collab.chat.services import sessions  # noqa: F401 (connects its signal receiver)
 
-        early.connect_signals()  # a room's settings, an assistant, a provider: guesses forgotten
+        replies.install()  # a room's settings, an assistant, a provider, a room frame: guesses kept current

@@ -1,17 +1,22 @@
 """The only code that sends through the channel layer: to a room's sockets, to one
-user's sockets, and to every server process (control).
+user's sockets, to one socket or process channel, and to every server process
+(control); and the only code that joins and leaves its groups.
 
-Frames are rendered once by the caller (rendering.py) and sent as they are.
+Frames are built by their constructors (frames.py) with HTML rendered once by the
+caller (rendering.py), and sent as they are. A change made in a transaction is sent
+once it has committed (`after_commit`): never a frame for a write that rolled back.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import transaction
 
 from collab.chat import metrics, shared
 from collab.chat.events import (
@@ -37,7 +42,7 @@ def _layer() -> Any:
 
 def _group(room_id: int, frame: RoomFrame) -> str:
     """The room's group; a personal reply's frames (`to`: its recipient) go to the
-    recipient's own sockets in the room only (docs/architecture.md, "personal replies")."""
+    recipient's own sockets in the room only (docs/architecture.md#a-personal-replies)."""
     to = frame.get("to")
     return room_group(room_id) if to is None else member_group(room_id, to)
 
@@ -53,7 +58,7 @@ async def piece_to_room(
     room_id: int, reply_id: int, text: str, at_bytes: int, frame: RoomFrame, thinking: bool = False
 ) -> None:
     """A reply's piece: recorded in the shared state (its text so far), then sent to the
-    room, in that order (docs/architecture.md, "reconnects"). On the Redis pub/sub layer
+    room, in that order (docs/architecture.md#a-reconnects). On the Redis pub/sub layer
     with the shared state in the same Redis, both happen in one command: the channel
     layer's own message, published by a script that first appends the text."""
     metrics.FRAMES.labels(frame["kind"]).inc()
@@ -92,6 +97,23 @@ def _pubsub_target(group: str) -> tuple[str, Any] | None:
         return None
 
 
+def after_commit(room_id: int, frame: RoomFrame | RoomClosed) -> None:
+    """Send `frame` to the room once the current transaction commits (at once outside one).
+    Robust: the change is stored whatever the channel layer does; its pages converge at
+    their next snapshot (a failure is logged, not raised)."""
+    transaction.on_commit(lambda: to_room_sync(room_id, frame), robust=True)
+
+
+def after_commit_with(room_id: int, make: Callable[[], RoomFrame]) -> None:
+    """As `after_commit`, the frame made once the transaction has committed (what it
+    shows is read then: the member list as the change left it)."""
+    transaction.on_commit(lambda: to_room_sync(room_id, make()), robust=True)
+
+
+def to_user_after_commit(user_id: int, event: UserEvent) -> None:
+    transaction.on_commit(lambda: to_user_sync(user_id, event), robust=True)
+
+
 def to_room_sync(room_id: int, frame: RoomFrame | RoomClosed) -> None:
     if frame["type"] == "room.frame":
         async_to_sync(to_room)(room_id, frame)
@@ -111,3 +133,17 @@ def to_user_sync(user_id: int, event: UserEvent) -> None:
 async def to_processes(event: Control) -> None:
     """A control event to every server process (lifecycle's listener acts on it)."""
     await _layer().group_send(PROCESSES_GROUP, event)
+
+
+async def to_channel(channel: str, event: dict[str, Any]) -> None:
+    """An event to one channel: a socket's own (a resync), or a process's (its ping)."""
+    await _layer().send(channel, event)
+
+
+async def join(group: str, channel: str) -> None:
+    """From now on, what is sent to `group` reaches `channel` (idempotent)."""
+    await _layer().group_add(group, channel)
+
+
+async def leave(group: str, channel: str) -> None:
+    await _layer().group_discard(group, channel)

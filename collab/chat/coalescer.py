@@ -6,7 +6,7 @@
 
 Every reply's window ends on the same tick, so that the pieces of all the replies a
 process streams are handed over in one loop turn and their Redis scripts go as one
-pipeline (shared/batch.py; docs/benchmarks.md, "One pipeline per window").
+pipeline (shared/batch.py; docs/benchmarks/2026-12-04.md#b-pipeline-per-window).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class WindowClock:
     """Where every coalescer of a loop waits out its window: windows end on one grid of
     ticks a window apart, so that the pieces of every reply this process streams are
     handed over in the same loop turn, and their Redis scripts go as one pipeline
-    (shared/batch.py; docs/benchmarks.md, "One pipeline per window"). One timer per
+    (shared/batch.py; docs/benchmarks/2026-12-04.md#b-pipeline-per-window). One timer per
     tick for the whole process, not one per reply and window. The grid's phase is drawn
     per process: `loop.time()` is the machine's monotonic clock, and the processes of
     one machine should not all wake in the same instant.
@@ -152,7 +152,7 @@ class Coalescer:
         due, resolved just before it is handed over (WindowClock: a tick's readers are
         woken before its coalescers). A steady stream is then read once a window, all that
         came meanwhile in one read, instead of once a socket read, and no token waits longer
-        than it would have (docs/benchmarks.md, "Issue 9, a window's read"). Resolved at
+        than it would have (docs/benchmarks/2026-12-05.md#b-window-read). Resolved at
         once when there is no window (0: a piece per token) or the pieces stopped. The
         reader may resolve it sooner itself: its stream's body ended meanwhile, and what is
         left of it is read at once (llm.client.stream_chat); its tick then no longer waits
@@ -203,7 +203,7 @@ class Coalescer:
                 continue
             # Hold the next piece back until the process's next tick (WindowClock); close()
             # cuts it short. A future, not a timeout around an event: no cancellation and
-            # exception per window (docs/benchmarks.md).
+            # exception per window (docs/benchmarks/2026-12-04.md#b-frame-path).
             clock = self._clock
             self._hold, tick = clock.wait(self.window_s)
             self._tick = tick

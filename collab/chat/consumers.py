@@ -1,4 +1,5 @@
-"""The room's WebSocket: parse, authorise, call an action, send frames. Nothing else.
+"""The room's WebSocket: on connect, the member's snapshot; then frames out, and each
+action in, parsed and handed to the command registry (collab/chat/commands/). Nothing else.
 
 Frames from the channel layer are pre-rendered HTML; a member's only per-frame work
 is a dict lookup and `send`. A socket's actions run one at a time, in the order sent,
@@ -13,24 +14,12 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth import HASH_SESSION_KEY
 
-from collab.chat import fanout, metrics, rendering
-from collab.chat.actions import (
-    continuation,
-    editing,
-    lenses,
-    merging,
-    moderation,
-    posting,
-    presence,
-    replies,
-    rooms,
-    sessions,
-    snapshot,
-    votes,
-)
+from collab.chat import broadcast, commands, fanout, metrics, rendering
 from collab.chat.errors import ClientError
 from collab.chat.events import (
+    AccountChanged,
     MembershipEnded,
     RoomClosed,
     RoomFrame,
@@ -39,16 +28,16 @@ from collab.chat.events import (
     member_group,
     user_group,
 )
-from collab.chat.frames import parse_frame
 from collab.chat.lifecycle import runtime
 from collab.chat.outbox import CLOSE_TOO_SLOW, Outbox
+from collab.chat.services import rooms, sessions, snapshot
 
 log = logging.getLogger(__name__)
 
-CLOSE_FORBIDDEN = 4403  # WIRE.md: not allowed; the page does not retry
-CLOSE_RETRY = 4503  # WIRE.md: the server could not resync this socket; the page reconnects
+CLOSE_FORBIDDEN = 4403  # docs/wire.md: not allowed; the page does not retry
+CLOSE_RETRY = 4503  # docs/wire.md: the server could not resync this socket; the page reconnects
 MAX_QUEUED_ACTIONS = 32  # a socket that sends faster than its actions run is told so
-# Why a membership ended -> the error code and sentence its sockets are shown (WIRE.md).
+# Why a membership ended -> the error code and sentence its sockets are shown (docs/wire.md).
 ENDED = {
     "left": ("room.left", "You are no longer a member of this room."),
     "removed": ("room.removed", "You were removed from this room."),
@@ -91,7 +80,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
             return
         self.room_id, self.room_slug, self.read_only = found
         self.user_id = user.pk  # type: ignore[union-attr]
-        self.username: str = user.get_username()  # type: ignore[union-attr]  # a post's early guess (chat/early.py)
+        self.username: str = user.get_username()  # type: ignore[union-attr]  # a post's early guess (replies/early.py)
+        session = self.scope.get("session")  # its auth hash: every action checks it against the account
+        self.auth_hash: str | None = session.get(HASH_SESSION_KEY) if session is not None else None
         self.outbox.watch(self.base_send)
         metrics.SOCKETS.inc()
         # Online before joining the group: the others are told, and this socket's own
@@ -113,7 +104,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def _send_snapshot(self) -> None:
         """Join the room's groups, then send its snapshot. Joining first: every frame sent
         from then on is held for this socket until the snapshot is out, and `floors` drops
-        the ones the snapshot already holds (docs/architecture.md, "reconnects"). Joining
+        the ones the snapshot already holds (docs/architecture.md#a-reconnects). Joining
         is idempotent: a resync joins again, in case the layer lost its groups."""
         assert self.room_id is not None and self.user_id is not None
         if self._held is None:
@@ -122,8 +113,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
         try:
             async with self._snapshot_lock:  # one at a time: the later one reads later
                 await fanout.join(self.room_id, self)  # the room's frames (collab/chat/fanout.py)
-                await self.channel_layer.group_add(user_group(self.user_id), self.channel_name)
-                await self.channel_layer.group_add(member_group(self.room_id, self.user_id), self.channel_name)
+                await broadcast.join(user_group(self.user_id), self.channel_name)
+                await broadcast.join(member_group(self.room_id, self.user_id), self.channel_name)
                 messages_html, members_html, self.floors = await snapshot.snapshot(
                     self.room_id, self.room_slug, self.user_id
                 )
@@ -166,8 +157,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self._forget() and self.room_id is not None and self.user_id is not None:
             try:
-                await self.channel_layer.group_discard(user_group(self.user_id), self.channel_name)
-                await self.channel_layer.group_discard(member_group(self.room_id, self.user_id), self.channel_name)
+                await broadcast.leave(user_group(self.user_id), self.channel_name)
+                await broadcast.leave(member_group(self.room_id, self.user_id), self.channel_name)
                 if not self.read_only:
                     await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
             except Exception:  # the layer is away: groups and presence expire by themselves
@@ -189,21 +180,21 @@ class RoomConsumer(AsyncWebsocketConsumer):
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Frames touch no database: skip Channels' per-event aclose_old_connections()
-        # (a thread hop per member per frame, docs/architecture.md).
+        # (a thread hop per member per frame, docs/architecture.md#a-streaming-path).
         if message["type"] == "room.frame":
             self.take_frame(message, None)  # type: ignore[arg-type]
         elif message["type"] == "websocket.receive":
             # Nor for a member's action: it is only queued (`receive`), and its database work
             # goes through database_sync_to_async, which closes old connections itself. The
             # hop waited for the database thread before a post was even read, behind any
-            # other reply's store (docs/architecture.md, "The first token off the storage path").
+            # other reply's store (docs/architecture.md#a-early-requests).
             await self.websocket_receive(message)
         else:
             await super().dispatch(message)
 
     def take_frame(self, event: RoomFrame, data: bytes | None) -> None:
         """A frame for this socket: from the room's hub (collab/chat/fanout.py, `data` the
-        frame's WebSocket bytes, made once for the room: wsframe.py), or from its own
+        frame's WebSocket bytes, made once for the room: wsbytes.py), or from its own
         channel (a personal reply's; `data` None). Sent now or queued, never awaited: the
         hub hands each frame to every socket in turn."""
         if self.outbox.overflowed:  # closing (too slow, or gone): nothing more
@@ -297,6 +288,20 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self._tell(rendering.frame_error("session.ended", "You have logged out."))
             await self.close(code=CLOSE_FORBIDDEN)
 
+    async def account_changed(self, event: AccountChanged) -> None:
+        """The user was deactivated or deleted, or their password changed: this socket's
+        session no longer holds, unless it is the one that changed the password (Django
+        keeps that session's hash current: update_session_auth_hash)."""
+        assert self.user_id is not None
+        session = self.scope.get("session")
+        key = session.session_key if session is not None else None
+        refusal, self.auth_hash = await database_sync_to_async(sessions.socket_refusal)(
+            self.user_id, key, self.auth_hash
+        )
+        if refusal is not None:
+            await self._tell(rendering.frame_error("session.ended", refusal))
+            await self.close(code=CLOSE_FORBIDDEN)
+
     async def membership_ended(self, event: MembershipEnded) -> None:
         if event["room_id"] == self.room_id:
             code, text = ENDED.get(event["reason"], ENDED["left"])
@@ -327,6 +332,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 await self._act(text_data)
             except ClientError as exc:
                 await self._tell(rendering.frame_error(exc.code, exc.message))
+                if exc.code == "session.ended":  # the account changed under this socket: it is done
+                    await self.close(code=CLOSE_FORBIDDEN)
             except Exception:
                 log.exception("action failed in room %s", self.room_id)
                 await self._tell(rendering.frame_error("server.error", "Something went wrong; try again."))
@@ -348,45 +355,10 @@ class RoomConsumer(AsyncWebsocketConsumer):
         assert self.room_id is not None and self.user_id is not None
         if self.read_only:  # checked before anything else: nothing from this socket is acted on
             raise ClientError("room.read_only", "You are viewing this room as staff, read-only: join it to take part.")
-        action, content = parse_frame(text_data)
+        action, fields = commands.parse_action(text_data)
         if runtime.draining:
             raise ClientError("server.restarting", "The server is restarting; your page will reconnect.")
-        if action == "post":
-            result = await posting.post_message(
-                self.user_id, self.room_id, content.get("text"), content.get("client_id"), self.username
-            )
-            if result.unsent_frame is not None:  # stored, not broadcast: the poster sees it now
-                await self._tell(result.unsent_frame)
-            for name in result.unknown_mentions:
-                await self._tell(
-                    rendering.frame_error(
-                        "mention.unknown",
-                        f"No assistant called @{name} is in this room; your message was posted as written.",
-                    )
-                )
-            if result.refused is not None:  # stored, and no reply started (room.budget)
-                await self._tell(rendering.frame_error(result.refused.code, result.refused.message))
-        elif action == "stop":
-            await replies.stop_reply(self.user_id, self.room_id, content.get("message_id"), self._address())
-        elif action == "regenerate":
-            await replies.regenerate_reply(self.user_id, self.room_id, content.get("message_id"))
-        elif action == "continue":
-            await continuation.continue_reply(self.user_id, self.room_id, content.get("message_id"))
-        elif action == "typing":
-            await presence.typing(self.user_id, self.room_id, self.channel_name)
-        elif action == "lens":
-            await lenses.set_lens(self.user_id, self.room_id, content.get("text"))
-        elif action == "share":
-            await lenses.share(self.user_id, self.room_id, content.get("message_id"))
-        elif action == "edit":
-            await editing.edit_message(self.user_id, self.room_id, content.get("message_id"), content.get("text"))
-        elif action == "delete":
-            await editing.delete_message(self.user_id, self.room_id, content.get("message_id"))
-        elif action == "vote":
-            await votes.vote(self.user_id, self.room_id, content.get("message_id"), content.get("value"))
-        elif action == "merge":
-            await merging.merge(self.user_id, self.room_id, content.get("message_id"), content.get("assistant"))
-        elif action in moderation.SOCKET_ACTIONS:
-            await database_sync_to_async(moderation.from_socket)(
-                self.user_id, self.room_id, action, content, self._address()
-            )
+        socket = commands.Socket(
+            self.user_id, self.room_id, self.username, self.channel_name, self._address(), self._tell, self.auth_hash
+        )
+        await commands.dispatch(socket, action, fields)

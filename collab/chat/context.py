@@ -11,8 +11,8 @@ from collab.llm.client import ChatMessage
 
 class HistoryRow(NamedTuple):
     """One message of a reply's history as the database row's columns (HISTORY_COLUMNS),
-    not a model instance: 60 rows read in 0.65 ms, 60 deferred Messages in 1.2 ms
-    (docs/benchmarks.md, "The post path's reads")."""
+    not a model instance, which costs the ORM more to build and is read on every post
+    (docs/benchmarks/2026-12-03.md#b-post-reads)."""
 
     id: int
     seq: int
@@ -57,14 +57,14 @@ def build_context(
         f"{system}\n\nYou are @{assistant.handle} ({assistant.display_name}) in the room "
         f'"{room.name}". Messages from people start with their name.'
     ).strip()
-    if lens:  # a personal reply (`/each`): written for one member, with their lens (actions/lenses.py)
+    if lens:  # a personal reply (`/each`): written for one member, with their lens (services/lenses.py)
         system = f"{system}\n\n{lens}"
     turns: list[ChatMessage] = []
     used = 0
     for message in reversed(history):
         if message.role == Message.Role.ASSISTANT and message.status == Message.Status.STREAMING:
             continue
-        if not message.text:  # nothing said yet, or deleted (a tombstone: actions/editing.py)
+        if not message.text:  # nothing said yet, or deleted (a tombstone: commands/editing.py)
             continue
         if message.role == Message.Role.ASSISTANT and message.assistant_id == assistant.id:
             turn: ChatMessage = {"role": "assistant", "content": message.text}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class ClientError(Exception):
-    """An error shown to the one client that caused it, with a dotted code (WIRE.md)."""
+    """An error shown to the one client that caused it, with a dotted code (docs/wire.md)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

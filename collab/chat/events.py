@@ -21,7 +21,7 @@ def room_group(room_id: int) -> str:
 
 def member_group(room_id: int, user_id: int) -> str:
     """One member's sockets in one room, on every process: where a personal reply's
-    frames go until it is shared (docs/architecture.md, "personal replies")."""
+    frames go until it is shared (docs/architecture.md#a-personal-replies)."""
     return f"room.{room_id}.user.{user_id}"
 
 
@@ -57,7 +57,14 @@ class SessionEnded(TypedDict):
     session_key: str
 
 
-UserEvent = MembershipEnded | SessionEnded
+class AccountChanged(TypedDict):
+    """The user was deactivated or deleted, or their password changed: each of their sockets
+    checks its session against the account as stored and closes if it no longer holds."""
+
+    type: Literal["account.changed"]
+
+
+UserEvent = MembershipEnded | SessionEnded | AccountChanged
 
 
 class RoomClosed(TypedDict):
@@ -93,7 +100,7 @@ class ProcessPing(TypedDict):
 
 class ContextChanged(TypedDict):
     """What replies' context is built from changed without a frame (a room's settings, an
-    assistant, a provider): every process forgets what it knew (chat/early.py)."""
+    assistant, a provider): every process forgets what it knew (chat/replies/early.py)."""
 
     type: Literal["context.changed"]
     room_id: int | None  # None: any room (an assistant or a provider changed)

@@ -1,10 +1,10 @@
 """A room's frames to this process's sockets: one receive per room per process.
 
 Through Channels' groups, every frame costs each socket of the room a queue put, a task
-wake-up, a decode of the message and a dispatch (docs/benchmarks.md, "Fan-out"). Here
+wake-up, a decode of the message and a dispatch (docs/benchmarks/2026-12-03.md#b-fanout-hub). Here
 the process joins each room's group once, with a channel of its own (a hub), and hands
 every event to the room's sockets in one loop of plain calls: a frame is made into
-WebSocket bytes once (wsframe.py) and written to each socket at once (Outbox.offer) or
+WebSocket bytes once (wsbytes.py) and written to each socket at once (Outbox.offer) or
 queued for it. Frames keep their order: one receive loop per room reads them as the
 layer delivers them.
 
@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
-from collab.chat import early, wsframe
+from collab.chat import broadcast, wsbytes
 from collab.chat.events import room_group
 
 log = logging.getLogger(__name__)
@@ -29,10 +31,32 @@ log = logging.getLogger(__name__)
 RETRY_S = 1.0  # the layer failed under a hub: receive again after this (its sockets are resynced)
 
 
+def _nothing(*args: Any) -> None:
+    return None
+
+
+@dataclass
+class Watchers:
+    """Who else wants to know what reaches this process: the reply pipeline keeps what it
+    knows of a room current while the room's frames reach it (replies/early.py: watch,
+    unwatch, saw), and the process notes an outage (lifecycle.py: lost). Set once at
+    start-up by the layers above (replies.install, lifecycle), so that this module
+    imports none of them."""
+
+    watch: Callable[[int], None] = _nothing  # a room's frames reach this process from now on
+    unwatch: Callable[[int], None] = _nothing  # ... no longer
+    saw: Callable[[int, dict[str, Any]], None] = _nothing  # a room frame, as this process receives it
+    lost: Callable[[], None] = _nothing  # frames could not be received: some may be lost
+
+
+watchers = Watchers()
+
+
 class Receiver(Protocol):
     channel_name: str
+    floors: dict[int, float]  # per reply, the next offset it expects (consumers.RoomConsumer)
 
-    def take_frame(self, event: Any, data: bytes) -> None: ...
+    def take_frame(self, event: Any, data: bytes | None) -> None: ...
 
 
 class _Hub:
@@ -60,10 +84,9 @@ class _Hub:
                     self.channel.set_exception(exc)
                     self.channel = self.loop.create_future()
                 # Frames may be lost: the process resyncs its sockets once the layer answers
-                # again (lifecycle.py, as after any outage).
-                from collab.chat.lifecycle import runtime
-
-                runtime.stale = True  # and what this process knows of its rooms is forgotten (chat/early.py)
+                # again (lifecycle.py, as after any outage), and forgets what it knew of its
+                # rooms (replies/early.py).
+                watchers.lost()
                 log.warning("room %s: its frames could not be received; again in %s s", self.room_id, RETRY_S)
                 await asyncio.sleep(RETRY_S)
 
@@ -74,8 +97,8 @@ class _Hub:
                 _forwarding.add(task)  # held until done: the loop keeps only a weak reference
                 task.add_done_callback(_forwarding.discard)
             return
-        early.saw(self.room_id, event)  # a frame it did not expect: what it knew of the room is forgotten
-        data = wsframe.text_frame(event["html"].encode())  # once for every socket of the room
+        watchers.saw(self.room_id, event)  # a frame it did not expect: what it knew of the room is forgotten
+        data = wsbytes.text_frame(event["html"].encode())  # once for every socket of the room
         for receiver in list(self.sockets.values()):
             try:
                 receiver.take_frame(event, data)
@@ -87,10 +110,8 @@ _forwarding: set[asyncio.Task[None]] = set()
 
 
 async def _forward(name: str, event: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    assert layer is not None
     try:
-        await layer.send(name, event)
+        await broadcast.to_channel(name, event)
     except Exception:
         log.warning("could not forward %s to socket %s", event.get("type"), name, exc_info=True)
 
@@ -109,11 +130,9 @@ async def join(room_id: int, receiver: Receiver) -> None:
             hub.loop.call_soon_threadsafe(hub.task.cancel)
         hub = _hubs[room_id] = _Hub(room_id, loop)
     hub.sockets[receiver.channel_name] = receiver
-    layer = get_channel_layer()
-    assert layer is not None
-    await layer.group_add(room_group(room_id), await asyncio.shield(hub.channel))
+    await broadcast.join(room_group(room_id), await asyncio.shield(hub.channel))
     if _hubs.get(room_id) is hub:  # its frames reach this process: what it knows of the room stays current
-        early.watch(room_id)
+        watchers.watch(room_id)
 
 
 def leave(room_id: int, receiver: Receiver) -> None:
@@ -124,19 +143,22 @@ def leave(room_id: int, receiver: Receiver) -> None:
     del hub.sockets[receiver.channel_name]
     if not hub.sockets:
         del _hubs[room_id]
-        early.unwatch(room_id)
+        watchers.unwatch(room_id)
         hub.task.cancel()  # the pub/sub layer unsubscribes the channel as its receive ends
         if hub.channel.done() and not hub.channel.cancelled() and hub.channel.exception() is None:
             hub.loop.create_task(_discard(room_id, hub.channel.result()))
 
 
 async def _discard(room_id: int, channel: str) -> None:
-    layer = get_channel_layer()
-    assert layer is not None
     try:
-        await layer.group_discard(room_group(room_id), channel)
+        await broadcast.leave(room_group(room_id), channel)
     except Exception:  # the layer is away: the group membership expires
         log.warning("room %s: could not leave its group", room_id, exc_info=True)
+
+
+def receivers() -> list[Receiver]:
+    """Every socket this process serves a room to."""
+    return [r for hub in list(_hubs.values()) for r in hub.sockets.values()]
 
 
 def sockets_in(room_id: int) -> int:

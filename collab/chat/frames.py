@@ -1,50 +1,67 @@
-"""Parsing a client's WebSocket frame (docs/wire.md, "Client to server"): one JSON
-object per action. Pure: no database, no channel layer; every bad frame is a
-ClientError with its code."""
+"""The server's frames to a room's sockets (docs/wire.md, "Server to client"): one
+constructor per kind, so that every frame has the fields its kind needs and no other.
+
+A frame is a `room.frame` event (events.RoomFrame): HTML rendered once by its sender
+(rendering.py), plus the few fields a socket reads to decide, without rendering,
+whether it takes it (consumers.RoomConsumer.take_frame). broadcast.py sends them.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from collections.abc import Sequence
 
-from django.conf import settings
-
-from collab.chat.errors import ClientError
-
-ACTIONS = (
-    "post",
-    "stop",
-    "regenerate",
-    "continue",
-    "typing",
-    "lens",
-    "share",
-    "edit",
-    "delete",
-    "vote",
-    "merge",
-    "kick",
-    "ban",
-    "unban",
-    "lock",
-    "unlock",
-    "stop_all",
-)
+from collab.chat.events import RoomFrame
 
 
-def parse_frame(text_data: str | None) -> tuple[str, dict[str, Any]]:
-    """(action, fields) of one client frame; `post` when the frame names no action."""
-    if not text_data:
-        raise ClientError("frame.malformed", "Send JSON text frames.")
-    if len(text_data) > settings.COLLAB["MAX_FRAME_BYTES"]:
-        raise ClientError("frame.too_large", "That frame is too large.")
-    try:
-        content = json.loads(text_data)
-    except (ValueError, RecursionError):
-        raise ClientError("frame.malformed", "That frame is not valid JSON.") from None
-    if not isinstance(content, dict):
-        raise ClientError("frame.malformed", "A frame is a JSON object.")
-    action = content.get("action") or "post"
-    if not isinstance(action, str) or action not in ACTIONS:
-        raise ClientError("action.unknown", f"Unknown action {str(action)[:40]!r}.")
-    return action, content
+def new(msg: int, html: str, replies: Sequence[int] = (), *, to: int | None = None) -> RoomFrame:
+    """Articles that were not there: a message and the replies it starts (each socket
+    then expects their pieces from offset 0)."""
+    frame: RoomFrame = {"type": "room.frame", "kind": "new", "msg": msg, "replies": list(replies), "html": html}
+    if to is not None:
+        frame["to"] = to
+    return frame
+
+
+def delta(msg: int, offset: int, text_length: int, html: str, *, to: int | None = None) -> RoomFrame:
+    """A piece of a streaming reply (`msg`: its id; a thinking piece's: -id), from
+    `offset` on, `text_length` characters long."""
+    frame: RoomFrame = {
+        "type": "room.frame",
+        "kind": "delta",
+        "msg": msg,
+        "offset": offset,
+        "end": offset + text_length,
+        "html": html,
+    }
+    if to is not None:
+        frame["to"] = to
+    return frame
+
+
+def final(msg: int, html: str, *, to: int | None = None, resume: Sequence[int] | None = None) -> RoomFrame:
+    """A message's article whole, replacing the one shown; `resume`: a reply streaming
+    again (continue) takes pieces from these offsets [answer, thinking] on."""
+    frame: RoomFrame = {"type": "room.frame", "kind": "final", "msg": msg, "html": html}
+    if to is not None:
+        frame["to"] = to
+    if resume is not None:
+        frame["resume"] = list(resume)
+    return frame
+
+
+def other(
+    html: str, *, msg: int | None = None, to: int | None = None, by: str = "", not_user: int | None = None
+) -> RoomFrame:
+    """Anything else (member list, votes, status, a label): no order to keep. `by`: the
+    socket whose own change it announces (it already shows it); `not_user`: a user whose
+    own sockets skip it (their own typing)."""
+    frame: RoomFrame = {"type": "room.frame", "kind": "other", "html": html}
+    if msg is not None:
+        frame["msg"] = msg
+    if to is not None:
+        frame["to"] = to
+    if by:
+        frame["by"] = by
+    if not_user is not None:
+        frame["not_user"] = not_user
+    return frame

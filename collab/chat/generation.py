@@ -31,7 +31,7 @@ from collab.chat.agent import AgentPlan, for_reply
 from collab.chat.coalescer import Coalescer, ready
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
-from collab.llm.early import EarlyRequest
+from collab.llm.early_request import EarlyRequest
 from collab.llm.pool import ProviderConfig, SharedSlots, stream_reply
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,10 @@ class ReplyJob:
     recipient_id: int | None = None  # a personal reply (`/each`): its frames go to this member only
     agent: AgentPlan | None = None  # an agent's run (agent.py): plan, tools, checks, then the answer
     # The provider's US dollars per million input and output tokens when the reply started:
-    # its stored cost (actions/sink.py), with no read of the provider when it ends.
+    # its stored cost (replies/sink.py), with no read of the provider when it ends.
     price_per_m: tuple[Decimal, Decimal] = (Decimal(0), Decimal(0))
     # Its model request, if it was sent before the reply was stored and this job's request
-    # is the very one (chat/early.py): taken by the reply's stream, else cancelled.
+    # is the very one (chat/replies/early.py): taken by the reply's stream, else cancelled.
     early: EarlyRequest | None = field(default=None, compare=False, repr=False)
 
 
@@ -80,7 +80,7 @@ class Outcome:
 
 
 class Sink(Protocol):
-    """Where a reply goes: supplied by the caller (actions.replies)."""
+    """Where a reply goes: supplied by the caller (replies/jobs.py)."""
 
     async def piece(self, offset: int, text: str) -> None: ...
 
@@ -311,7 +311,7 @@ class Registry:
     def _ended(self, job: ReplyJob) -> None:
         self._live.pop(job.message_id, None)
         metrics.REPLIES_STREAMING.dec()
-        if job.early is not None:  # a request sent before the reply was stored (chat/early.py)
+        if job.early is not None:  # a request sent before the reply was stored (chat/replies/early.py)
             job.early.cancel()  # stopped before its first step: run_reply's own cancel never ran
             metrics.EARLY_REQUESTS.labels("taken" if job.early.used else "wasted").inc()
 

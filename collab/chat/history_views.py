@@ -11,17 +11,16 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from collab.chat import rendering
-from collab.chat.actions import history
+from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
+from collab.chat.services import history
 
 
 def _member(request: HttpRequest, slug: str) -> tuple[Room, Membership] | HttpResponse:
     """The room and the member's membership; a banned user gets the ban page, anyone else
     (staff who are not members too: these pages are for members) a 404."""
-    from collab.chat import views  # it imports this module
-
-    found = views._viewer_or_ban_page(request, slug)
+    found = access.viewer_or_ban_page(request, slug)
     if isinstance(found, HttpResponse):
         return found
     the_room, membership = found

@@ -40,12 +40,14 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from collab.chat import early, metrics, shared
-from collab.chat.actions import replies, rooms
-from collab.chat.actions.providers import deployment_slots
+from collab.chat import broadcast, fanout, metrics, replies, shared
 from collab.chat.events import PROCESSES_GROUP
 from collab.chat.generation import registry
 from collab.chat.models import Message
+from collab.chat.repair import repair
+from collab.chat.replies.interrupt import interrupt
+from collab.chat.services import rooms
+from collab.chat.services.providers import deployment_slots
 from collab.chat.shared.base import LEASE_TTL_S
 from collab.llm.client import aclose_clients
 
@@ -76,13 +78,13 @@ async def sweep_once(grace_s: float = ORPHAN_GRACE_S) -> list[int]:
         return ended
     for reply_id in await state.expired_leases():
         if registry.get(reply_id) is None:  # ours renew their lease; a stalled loop keeps them
-            await replies.interrupt(reply_id)
+            await interrupt(reply_id)
             ended.append(reply_id)
     candidates = [i for i in await database_sync_to_async(_unleased_candidates)(grace_s) if registry.get(i) is None]
     leased = await state.leased(candidates)
     for reply_id in candidates:
         if reply_id not in leased:
-            await replies.interrupt(reply_id)
+            await interrupt(reply_id)
             ended.append(reply_id)
     for room_id in await state.sweep_presence():
         await rooms.announce_members(room_id)
@@ -119,7 +121,7 @@ class Runtime:
     @stale.setter
     def stale(self, away: bool) -> None:
         self._stale = away
-        early.distrust(away)  # frames lost unseen: what this process knows of its rooms is not trusted
+        replies.distrust(away)  # frames lost unseen: what this process knows of its rooms is not trusted
 
     def ensure_started(self) -> None:
         loop = asyncio.get_running_loop()
@@ -139,7 +141,7 @@ class Runtime:
         while True:
             try:
                 channel = await layer.new_channel()
-                await layer.group_add(PROCESSES_GROUP, channel)
+                await broadcast.join(PROCESSES_GROUP, channel)
                 self._control_channel = channel
                 while True:
                     self.on_control(await layer.receive(channel))
@@ -158,9 +160,9 @@ class Runtime:
         elif event.get("type") == "context.changed":
             room_id = event.get("room_id")
             if room_id is None:
-                early.forget_all()
+                replies.forget(None)
             else:
-                early.forget(int(room_id))
+                replies.forget(int(room_id))
         elif event.get("type") == "room.stop_all":
             for reply_id in registry.in_room(int(event["room_id"])):
                 registry.stop(reply_id)
@@ -206,11 +208,13 @@ class Runtime:
             await rooms.announce_members(room_id)
         await state.renew_slots(deployment_slots.held)
         await state.publish_status(shared.PROCESS_ID, json.dumps(self.status()))
+        try:  # a final frame some socket here never got: sent again (not a failure of the shared state)
+            await repair.check()
+        except Exception:
+            log.warning("could not check the sockets for finals they missed", exc_info=True)
         if self.stale and self._control_channel is not None:
-            layer = get_channel_layer()
-            assert layer is not None
-            await layer.group_add(PROCESSES_GROUP, self._control_channel)  # the list layer may have lost it
-            await layer.send(self._control_channel, {"type": "process.ping", "process": shared.PROCESS_ID})
+            await broadcast.join(PROCESSES_GROUP, self._control_channel)  # the list layer may have lost it
+            await broadcast.to_channel(self._control_channel, {"type": "process.ping", "process": shared.PROCESS_ID})
 
     def status(self) -> dict[str, Any]:
         """What the admin's live page shows of this process, published every beat:
@@ -238,13 +242,11 @@ class Runtime:
     async def _resync_sockets(self) -> None:
         """The layer is back: every open socket gets the room's snapshot again (lost frames,
         replies that ended meanwhile) and rejoins its groups."""
-        layer = get_channel_layer()
-        assert layer is not None
         names = [*self.sockets, *self.watchers]
         log.warning("the channel layer is back: resyncing %d sockets", len(names))
         for name in names:
             try:
-                await layer.send(name, {"type": "room.resync"})
+                await broadcast.to_channel(name, {"type": "room.resync"})
             except Exception:
                 self.stale = True  # away again: the next beat tries again
                 return
@@ -355,18 +357,17 @@ def start_with_server() -> None:
 
 # The youngest generation is collected once this many more container objects were made than
 # freed (CPython's default: 700). A streaming process holds thousands alive at any instant
-# (each read's chunks, each window's frames), so at 700 it collected ~35 times a second,
+# (each read's chunks, each window's frames), so at 700 it is collected many times a second,
 # promoting what was merely in flight into the older generations and their long walks;
-# at 10,000 it is ~1 a second and the collector's share of the CPU fell from 2.4% to 0.4%
-# (docs/benchmarks.md, "Issue 9, the collector's young generation").
+# at 10,000 far less often (docs/benchmarks/2026-12-04.md#b-young-gc).
 YOUNG_GC_THRESHOLD = 10_000
 
 
 def freeze_startup_heap() -> None:
     """Out of the cyclic garbage collector's sight: everything alive once the server is up
-    (Django, the modules, the settings). A full collection walked all of it (~170,000
-    objects, up to 140 ms with the event loop stopped); now it walks only what the running
-    server made (17-19 ms under load; docs/benchmarks.md, "Garbage collection"). Then the
+    (Django, the modules, the settings), which a full collection would otherwise walk
+    with the event loop stopped; it walks only what the running server made
+    (docs/benchmarks/2026-12-03.md#b-gc-freeze). Then the
     young generation's threshold is raised (YOUNG_GC_THRESHOLD)."""
     gc.collect()
     gc.freeze()
@@ -380,3 +381,10 @@ def _is_main_thread() -> bool:
 
 
 runtime = Runtime()
+
+
+def _lost() -> None:
+    runtime.stale = True
+
+
+fanout.watchers.lost = _lost  # a room's frames could not be received: resync once the layer answers

@@ -30,6 +30,9 @@ LOOP_LAG = Histogram(
 )
 EARLY_REQUESTS = Counter(
     "collab_early_requests",
-    "Model requests sent before their post was stored (chat/early.py): taken by their reply, or wasted",
+    "Model requests sent before their post was stored (chat/replies/early.py): taken by their reply, or wasted",
     ["outcome"],
+)
+FINALS_REPAIRED = Counter(
+    "collab_finals_repaired", "Final frames sent again to sockets that never got them (collab/chat/repair.py)"
 )

@@ -279,12 +279,19 @@ class Message(models.Model):
     # Votes on an assistant's reply, counted from Vote rows in the same transaction as each vote.
     votes_up = models.PositiveIntegerField(default=0)
     votes_down = models.PositiveIntegerField(default=0)
-    # What the votes decided when last counted (actions/votes.py: "approved", "rejected" or ""),
+    # What the votes decided when last counted (services/votes.py: "approved", "rejected" or ""),
     # and who voted what, when (kept with the counts, so pages render them without a query).
     verdict = models.CharField(max_length=8, blank=True)
     votes_by = models.JSONField(default=list, blank=True)
     # A merge (docs/wire.md, "merge"): the ids of the approved replies it combines, in order.
     merge_of = models.JSONField(default=list, blank=True)
+    # On the room's pinned list (commands/pins.py): since when, and who pinned it (the name
+    # kept as written, like author_name). None: not pinned.
+    pinned_at = models.DateTimeField(null=True, blank=True)
+    pinned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    pinned_by_name = models.CharField(max_length=150, blank=True)
 
     objects = MessageQuerySet.as_manager()
 
@@ -298,7 +305,12 @@ class Message(models.Model):
                 name="one_post_per_client_id",
             ),
         ]
-        indexes = [models.Index(fields=["status"], name="message_status")]
+        indexes = [
+            models.Index(fields=["status"], name="message_status"),
+            models.Index(
+                fields=["room", "pinned_at"], name="message_pinned", condition=models.Q(pinned_at__isnull=False)
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.room.slug}#{self.seq} {self.author_name}"

@@ -1,4 +1,4 @@
-"""One socket's outbound frames, bounded (docs/architecture.md, "Slow clients").
+"""One socket's outbound frames, bounded (docs/architecture.md#a-slow-clients).
 
 Frames go straight to the socket while its connection keeps up. When the connection's
 send buffer fills (the client reads slower than the room streams), Twisted pauses the
@@ -24,7 +24,7 @@ from typing import Any
 
 from django.conf import settings
 
-from collab.chat import metrics, wsframe
+from collab.chat import metrics, wsbytes
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class Outbox:
         self.max_frames = int(settings.COLLAB["SOCKET_BACKLOG_FRAMES"])
         self.max_bytes = int(settings.COLLAB["SOCKET_BACKLOG_BYTES"])
         self._protocol: Any | None = None  # Daphne's WebSocket protocol, written to directly
-        self._as_built = False  # a room's frame bytes (wsframe.py) are what this socket's frames are
+        self._as_built = False  # a room's frame bytes (wsbytes.py) are what this socket's frames are
         self._max_frame = 0
 
     def watch(self, send: object) -> bool:
@@ -76,8 +76,8 @@ class Outbox:
         when the connection keeps up and nothing waits before it; False when the caller
         must `await put(html)` instead. What Channels' `send` would do, less its three
         layers of calls (the consumer's, the session middleware's, Daphne's dispatch)
-        (docs/benchmarks.md, "Nothing lost"). `frame`: the frame's WebSocket bytes,
-        built once for a room's sockets (collab/chat/fanout.py, wsframe.py), written to
+        (docs/benchmarks/2026-12-02.md#b-nothing-lost). `frame`: the frame's WebSocket bytes,
+        built once for a room's sockets (collab/chat/fanout.py, wsbytes.py), written to
         the transport as they are; else autobahn's own `sendMessage` frames the text."""
         protocol = self._protocol
         if protocol is None or self.paused or self._task is not None or self.overflowed:
@@ -90,11 +90,11 @@ class Outbox:
             self._as_built
             and not protocol.send_queue
             and protocol._perMessageCompress is None
-            and not (self._max_frame and wsframe.payload_size(frame) > self._max_frame)
+            and not (self._max_frame and wsbytes.payload_size(frame) > self._max_frame)
         ):
             protocol.transport.write(frame)
         else:
-            protocol.sendMessage(wsframe.payload(frame), False)
+            protocol.sendMessage(wsbytes.payload(frame), False)
         return True
 
     def push(self, html: str, frame: bytes | None = None) -> None:
@@ -169,7 +169,7 @@ class Outbox:
 
 
 def _plain_frames(protocol: Any) -> bool:
-    """Whether this socket's text frames are exactly `wsframe.text_frame`'s bytes: autobahn
+    """Whether this socket's text frames are exactly `wsbytes.text_frame`'s bytes: autobahn
     would send them unmasked, unfragmented and uncompressed, with no timings to track and
     no frames or octets to log (Daphne's settings; an unknown protocol object: no). The
     bytes skip only autobahn's traffic counters, which nothing here reads. A frame past

@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator, URLValidator
 from django.db import models
 
+from collab.chat.provider_env import key_variable_allowed
+
 HANDLE_RE = r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}"
 handle_validator = RegexValidator(
     rf"^{HANDLE_RE}$", "A handle is 1-32 letters, digits, '-' or '_', starting with a letter or digit."
@@ -20,14 +22,16 @@ env_name_validator = RegexValidator(
 )
 
 
+# The agents' built-in tools (collab/chat/replies/tools.py checks its list against this one):
+# a tool staff register may not take one of their names.
+BUILTIN_TOOL_NAMES = frozenset({"search_room", "read_message", "calculate", "room_members", "current_time"})
+
 tool_name_validator = RegexValidator(
     r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$", "Like a function name: a letter, then up to 63 letters, digits or '_'."
 )
 
 
 def key_variable_error(name: str) -> str | None:
-    from collab.chat.actions.providers import key_variable_allowed
-
     if key_variable_allowed(name):
         return None
     return (
@@ -148,9 +152,7 @@ class Tool(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from collab.chat.actions.tools import BUILTIN_NAMES
-
-        errors = {"name": f"{self.name} is a built-in tool's name."} if self.name in BUILTIN_NAMES else {}
+        errors = {"name": f"{self.name} is a built-in tool's name."} if self.name in BUILTIN_TOOL_NAMES else {}
         if error := key_variable_error(self.api_key_env):
             errors["api_key_env"] = error
         if errors:

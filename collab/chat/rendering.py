@@ -26,6 +26,7 @@ from django.conf import settings
 from django.template.base import TextNode, Variable, VariableNode
 from django.template.loader import get_template
 
+from collab.chat import frames
 from collab.chat.events import RoomFrame
 from collab.chat.models import Message, Room
 
@@ -178,8 +179,8 @@ Piece = Callable[[int, int, str], str]  # (message id, offset, text) -> a piece'
 def _stamped(template: Any) -> Piece:
     """A piece's frame template (`id`, `offset`, `text`), rendered once with a marker for
     each value and then filled per frame by joining strings: the template's own HTML
-    (tests/test_rendering.py) for a tenth of its cost, paid for every frame of every
-    streaming reply (docs/benchmarks.md, "Issue 9, the frame's path"). The ids and
+    (tests/test_rendering.py) for a small part of its cost, paid for every frame of every
+    streaming reply (docs/benchmarks/2026-12-04.md#b-frame-path). The ids and
     offsets as `str()` writes them, the text (a plain `str`, never marked safe) escaped
     as Django escapes it. A template that is anything but text and the three values,
     each shown once as it is (no filter, no tag), fails the checks below and is rendered
@@ -365,7 +366,7 @@ def room_status(status: str, oob: bool = True) -> str:
 
 
 def frame_room_status(room: Room) -> RoomFrame:
-    return {"type": "room.frame", "kind": "other", "html": room_status(room.status)}
+    return frames.other(room_status(room.status))
 
 
 def frame_error(code: str, text: str) -> str:

@@ -11,11 +11,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from collab.chat import shared, vote_settings
-from collab.chat.actions import budgets, moderation
-from collab.chat.actions import rooms as room_actions
+from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Assistant, Ban, Membership, Room
-from collab.chat.views import _membership, _refused, _user
+from collab.chat.services import budgets, moderation
+from collab.chat.services import rooms as room_actions
 
 
 class RoomSettingsForm(forms.Form):
@@ -50,11 +50,11 @@ OWNER_OPS = frozenset({"settings", "reset_invite", "role", "votes"})
 def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
     """Owners: the settings, the invite link, roles, members and bans, lock. Moderators:
     members and bans, lock. Members: 403, whatever they post."""
-    membership = _membership(request, slug)
+    membership = access.membership(request, slug)
     the_room = membership.room
     back = reverse("room", args=[slug])
     if not membership.moderates:
-        return _refused(request, "Not allowed", "Only the room's owner and its moderators can manage it.", back)
+        return access.refused(request, "Not allowed", "Only the room's owner and its moderators can manage it.", back)
     is_owner = membership.role == Membership.Role.OWNER
     if request.method == "POST":
         op = request.POST.get("op", "settings")
@@ -103,7 +103,7 @@ def _moderate(request: HttpRequest, membership: Membership, op: str) -> HttpResp
     """One moderation form of the settings page, through actions.moderation (audited).
     A refusal is a flash error: 403 when the action was not allowed, else back to the page."""
     the_room = membership.room
-    actor = moderation.Actor(_user(request), request.META.get("REMOTE_ADDR"))
+    actor = moderation.Actor(access.user(request), request.META.get("REMOTE_ADDR"))
     username = request.POST.get("username", "")
     try:
         if op in ("kick", "remove_member"):

@@ -24,11 +24,12 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from collab.chat import rendering, shared
-from collab.chat.actions import budgets, moderation, providers, snapshot
-from collab.chat.actions import rooms as room_actions
+from collab.chat import history_views, rendering, shared
+from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
+from collab.chat.services import budgets, moderation, panels, providers, snapshot
+from collab.chat.services import rooms as room_actions
 
 
 @login_not_required
@@ -50,18 +51,13 @@ class RoomForm(forms.Form):
     reply_to_all = forms.BooleanField(required=False, label="Assistants reply to every message")
 
 
-def _user(request: HttpRequest) -> User:
-    assert isinstance(request.user, User)  # LoginRequiredMiddleware ran first
-    return request.user
-
-
 @require_http_methods(["GET", "POST"])
 def rooms(request: HttpRequest) -> HttpResponse:
     form = RoomForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
             room = room_actions.create_room(
-                _user(request),
+                access.user(request),
                 form.cleaned_data["name"],
                 form.cleaned_data["topic"],
                 form.cleaned_data["reply_to_all"],
@@ -70,65 +66,27 @@ def rooms(request: HttpRequest) -> HttpResponse:
             form.add_error("name", exc.message)
         else:
             return redirect("room", slug=room.slug)
-    mine = Room.objects.filter(memberships__user=_user(request)).exclude(status=Room.Status.ARCHIVED).order_by("name")
-    return render(
-        request, "chat/rooms.html", {"rooms": mine, "form": form, "my_cost": providers.user_cost(_user(request).pk)}
+    mine = (
+        Room.objects.filter(memberships__user=access.user(request))
+        .exclude(status=Room.Status.ARCHIVED)
+        .order_by("name")
     )
-
-
-def _membership(request: HttpRequest, slug: str) -> Membership:
-    membership = Membership.objects.select_related("room").filter(room__slug=slug, user_id=_user(request).pk).first()
-    if membership is None:
-        # Same answer for "no such room" and "not yours": slugs are not secrets, but
-        # which rooms exist is nobody else's business.
-        raise Http404("No such room, or you are not a member.")
-    return membership
-
-
-def _viewer(request: HttpRequest, slug: str) -> tuple[Room, Membership | None]:
-    """The room and the user's membership in it; staff who are not members get no
-    membership: they see the room read-only. Anyone else gets a 404."""
-    membership = Membership.objects.select_related("room").filter(room__slug=slug, user_id=_user(request).pk).first()
-    if membership is not None:
-        return membership.room, membership
-    staff = room_actions.is_staff(_user(request))  # read-only, unless banned from it (the ban page, then)
-    the_room = Room.objects.filter(slug=slug).exclude(bans__user=_user(request)).first() if staff else None
-    if the_room is None:
-        raise Http404("No such room, or you are not a member.")
-    return the_room, None
-
-
-def _banned_page(request: HttpRequest, the_room: Room) -> HttpResponse:
-    owner = the_room.owner.get_username() if the_room.owner_id else ""
-    return render(request, "chat/banned.html", {"room": the_room, "owner": owner}, status=403)
-
-
-def _viewer_or_ban_page(request: HttpRequest, slug: str) -> tuple[Room, Membership | None] | HttpResponse:
-    """`_viewer`, or the page that says so to a user banned from the room (staff too)."""
-    try:
-        return _viewer(request, slug)
-    except Http404:
-        banned = Room.objects.filter(slug=slug, bans__user_id=_user(request).pk).first()
-        if banned is not None:
-            return _banned_page(request, banned)
-        raise
-
-
-def _refused(request: HttpRequest, heading: str, text: str, back: str = "") -> HttpResponse:
-    return render(request, "chat/refused.html", {"heading": heading, "text": text, "back": back}, status=403)
+    return render(
+        request,
+        "chat/rooms.html",
+        {"rooms": mine, "form": form, "my_cost": providers.user_cost(access.user(request).pk)},
+    )
 
 
 @require_GET
 def room(request: HttpRequest, slug: str) -> HttpResponse:
     if "at" in request.GET:  # a message in context (a search result links there): history_views
-        from collab.chat import history_views  # it imports this module
-
         return history_views.context(request, slug)
-    found = _viewer_or_ban_page(request, slug)
+    found = access.viewer_or_ban_page(request, slug)
     if isinstance(found, HttpResponse):
         return found
     the_room, membership = found
-    recent = snapshot.history(the_room, user_id=_user(request).pk)
+    recent = snapshot.history(the_room, user_id=access.user(request).pk)
     members, members_more = rendering.members_listed(
         room_actions.members_of(the_room.id, shared.online_sync(the_room.id))
     )
@@ -144,13 +102,14 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "oldest_seq": recent.oldest_seq,
             "members": members,
             "members_more": members_more,
+            "panels": panels.render_all(the_room.id, access.user(request).pk, False),  # pinned messages ...
             "assistants": the_room.assistants.all(),
             "room_cost": providers.room_cost(the_room.id),
             "budget": budgets.usage(the_room),  # the header's "left this month" (no query without a budget)
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
             # Per viewer, for the page's own CSS: Stop shows on the replies this viewer may stop
             # (the articles are the same for every member: `data-asker` on each).
-            "me": _user(request).get_username(),
+            "me": access.user(request).get_username(),
             "stops_any": membership is not None and membership.moderates,
             "max_chars": settings.COLLAB["MAX_MESSAGE_CHARS"],
         },
@@ -160,13 +119,13 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def join_as_staff(request: HttpRequest, slug: str) -> HttpResponse:
     """The Join button of the read-only view: staff become members by their own act."""
-    found = _viewer_or_ban_page(request, slug)
+    found = access.viewer_or_ban_page(request, slug)
     if isinstance(found, HttpResponse):
         return found
     the_room, membership = found
     if membership is None:
         try:
-            room_actions.join_room(_user(request), the_room)
+            room_actions.join_room(access.user(request), the_room)
         except ClientError as exc:
             flash.error(request, exc.message)
         else:
@@ -176,20 +135,22 @@ def join_as_staff(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 def room_older(request: HttpRequest, slug: str) -> HttpResponse:
-    the_room, _ = _viewer(request, slug)
+    the_room, _ = access.viewer(request, slug)
     try:
         before = int(request.GET.get("before", ""))
     except ValueError:
         return HttpResponse("before must be a number", status=400)
-    return HttpResponse(rendering.older_page(snapshot.history(the_room, before, _user(request).pk), slug))
+    return HttpResponse(rendering.older_page(snapshot.history(the_room, before, access.user(request).pk), slug))
 
 
 @require_GET
 def message_full(request: HttpRequest, slug: str, message_id: int) -> HttpResponse:
     """One message's article whole, for its "show all" button (a snapshot, a page of
     history or a `final` frame showed it cut). Members of its room (and staff) only."""
-    the_room, _ = _viewer(request, slug)
-    mine = Message.objects.visible_to(_user(request).pk).select_related("recipient")  # not others' personal replies
+    the_room, _ = access.viewer(request, slug)
+    mine = Message.objects.visible_to(access.user(request).pk).select_related(
+        "recipient"
+    )  # not others' personal replies
     message = mine.filter(room_id=the_room.pk, pk=message_id).first()
     if message is None:
         raise Http404("No such message in this room.")
@@ -201,15 +162,15 @@ def join(request: HttpRequest, token: str) -> HttpResponse:
     the_room = Room.objects.filter(invite_token=token).first()
     if the_room is None:
         return render(request, "chat/join.html", {"invalid": True}, status=404)
-    if Membership.objects.filter(room=the_room, user_id=_user(request).pk).exists():
+    if Membership.objects.filter(room=the_room, user_id=access.user(request).pk).exists():
         return redirect("room", slug=the_room.slug)
-    if moderation.is_banned(the_room, _user(request)):
-        return _banned_page(request, the_room)
+    if moderation.is_banned(the_room, access.user(request)):
+        return access.banned_page(request, the_room)
     if the_room.status == Room.Status.ARCHIVED:
         return render(request, "chat/join.html", {"room": the_room, "archived": True}, status=403)
     if request.method == "POST":
         try:
-            room_actions.join_by_invite(_user(request), token)
+            room_actions.join_by_invite(access.user(request), token)
         except ClientError as exc:  # banned or archived meanwhile, or the link reset
             flash.error(request, exc.message)
             return render(request, "chat/join.html", {"room": the_room, "refused": True}, status=403)
@@ -219,9 +180,9 @@ def join(request: HttpRequest, token: str) -> HttpResponse:
 
 @require_POST
 def leave(request: HttpRequest, slug: str) -> HttpResponse:
-    membership = _membership(request, slug)
+    membership = access.membership(request, slug)
     try:
-        room_actions.leave_room(_user(request), membership.room)
+        room_actions.leave_room(access.user(request), membership.room)
     except ClientError as exc:
         flash.error(request, exc.message)
         return redirect("room", slug=slug)

@@ -10,7 +10,7 @@ from django.contrib import messages as flash
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
-from collab.chat import early
+from collab.chat import replies
 from collab.chat.models import Room
 
 
@@ -31,6 +31,6 @@ def post(request: HttpRequest, room: Room) -> HttpResponse | VoteSettingsForm:
     if not form.is_valid():
         return form
     Room.objects.filter(pk=room.pk).update(**{name: form.cleaned_data[name] for name in VoteSettingsForm.Meta.fields})
-    early.changed(room.pk)  # the history a reply is sent (rejected_left_out): no guess from before
+    replies.context_changed(room.pk)  # the history a reply is sent (rejected_left_out): no guess from before
     flash.success(request, "Voting settings saved.")
     return redirect("room_settings", slug=room.slug)

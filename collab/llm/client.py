@@ -2,14 +2,14 @@
 
 One `AsyncOpenAI` per endpoint and event loop, reused (its connection pool is bound to
 the loop that opened it). The stream is read as raw SSE bytes through the SDK's raw
-POST and decoded here: the SDK's typed chunks cost ~130 us each, the raw events ~5-9 us
-(docs/benchmarks.md), and the SDK still does URL, auth, headers, retries before the
-first byte and error mapping.
+POST and decoded here: the SDK's typed chunk objects cost many times a raw event's
+parse (docs/benchmarks/2026-12-02.md#b-streaming-fixes), and the SDK still does URL,
+auth, headers, retries before the first byte and error mapping.
 
 Below the SDK, the HTTP transport is aiohttp's (the SDK's own `DefaultAioHttpClient`,
 `openai[aiohttp]`): its C parser hands over whole socket reads, where httpx's default
-transport costs a trip through httpcore, h11 and anyio per chunk (docs/benchmarks.md,
-"The model stream below the SDK"). `COLLAB_LLM_HTTP=httpx` selects the default one.
+transport costs a trip through httpcore, h11 and anyio per chunk
+(docs/benchmarks/2026-12-03.md#b-aiohttp). `COLLAB_LLM_HTTP=httpx` selects the default one.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collab.llm.tool_calls import Calls, ToolCall
 ChatMessage = dict[str, Any]
 
 if TYPE_CHECKING:
-    from collab.llm.early import EarlyRequest
+    from collab.llm.early_request import EarlyRequest
 
 try:  # the SDK's aiohttp transport (`openai[aiohttp]`), whose body _sse_data reads itself
     from openai._vendor.httpx_aiohttp.transport import AiohttpResponseStream as _AiohttpStream
@@ -186,7 +186,7 @@ def _aiohttp_body(response: httpx2.Response) -> aiohttp.StreamReader | None:
     as aiohttp holds it; else None (httpx's transport, or a compressed body: its bytes
     then come through httpx, which decodes them). Read here, a socket read costs one
     call, where httpx's `aiter_bytes` passes it through four generators of its own and
-    the transport's (docs/benchmarks.md, "Issue 9, the frame's path");
+    the transport's (docs/benchmarks/2026-12-04.md#b-frame-path);
     tests/test_llm_client.py checks that the shipped transport is read so."""
     bound = response.stream
     stream = getattr(bound, "_stream", None)  # httpx's BoundAsyncStream around the transport's
@@ -203,9 +203,9 @@ async def _sse_data(response: httpx2.Response) -> AsyncGenerator[list[bytes], No
     """The `data:` payloads of a server-sent-events body, split by hand from the raw
     bytes (httpx's line decoder costs more than the JSON): a list per socket read, of the
     events it completed (a loaded process reads several at once: one step of this
-    generator and of its readers per read, not per event; docs/benchmarks.md, "Issue 9,
-    a read's events together"). Comments (": ping"), blank separators and other fields
-    are skipped. The caller closes `response` (read from aiohttp, the stream does not
+    generator and of its readers per read, not per event;
+    docs/benchmarks/2026-12-04.md#b-read-events). Comments (": ping"), blank separators
+    and other fields are skipped. The caller closes `response` (read from aiohttp, the stream does not
     close it at its end as httpx's `aiter_raw` does)."""
     body = _aiohttp_body(response)
     # aiohttp's errors as the transport maps them (to httpx2's), as `aiter_bytes` would.
@@ -281,7 +281,7 @@ class _Chunks:
                 # server ends an interrupted stream so): not a complete reply.
                 return True
             try:
-                chunk = orjson.loads(data)  # once per event (docs/benchmarks.md, "Faster parts")
+                chunk = orjson.loads(data)  # once per event (docs/benchmarks/2026-12-03.md#b-faster-parts)
             except ValueError as exc:  # orjson.JSONDecodeError is one
                 raise LLMError("server", "the provider sent a malformed chunk") from exc
             if type(chunk) is not dict:  # JSON, but no chunk (`data: 5`)
@@ -294,7 +294,8 @@ class _Chunks:
                 delta = choice.get("delta") or {}
                 content = delta.get("content")
                 # A plain content chunk ({"content": ...}) pays one length check here
-                # (docs/benchmarks.md); a chunk at the switch may hold both fields.
+                # (docs/benchmarks/2026-12-03.md#b-thinking-replies); a chunk at the switch
+                # may hold both fields.
                 if not content or len(delta) > 1:
                     thought = delta.get("reasoning_content") or delta.get("reasoning")
                     if thought:
@@ -349,7 +350,7 @@ async def stream_chat(
     ("none": the model must answer in text, though the request holds tool turns; unset:
     the provider's default, "auto").
 
-    `early`: this request, if it was already sent (llm/early.py) to this endpoint with
+    `early`: this request, if it was already sent (llm/early_request.py) to this endpoint with
     this very body; it is taken instead of a new one, else cancelled.
 
     `pace`: called after each list for a wait, awaited before the stream is read again,
@@ -367,8 +368,9 @@ async def stream_chat(
     responded = False  # past the status line: a failure from here on is mid-stream
     try:
         # The SDK's own POST (base URL, auth, headers, retries, status errors), without
-        # `chat.completions.create`'s params transform: 1 ms instead of 9 ms of event-loop
-        # time per request with 20 history messages (docs/benchmarks.md, "model client").
+        # `chat.completions.create`'s params transform, which holds the event loop (every
+        # stream of the process) for longer the longer the history
+        # (docs/benchmarks/2026-12-02.md#b-first-profile).
         if early is not None and early.fits(endpoint, body):  # sent before the reply was stored
             response = await early.response()
         else:
@@ -384,7 +386,7 @@ async def stream_chat(
             def ended() -> None:
                 # The body's end came while the reader waits for its window: its last
                 # tokens and its end are read now, and the final goes without waiting
-                # for the tick (docs/benchmarks.md, "Issue 9, the body's end read at once").
+                # for the tick (docs/benchmarks/2026-12-05.md#b-body-end).
                 if waiting is not None and not waiting.done():
                     waiting.set_result(None)
 

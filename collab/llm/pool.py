@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from collab.llm.client import ChatMessage, Endpoint, Item, LLMError, Thought, ToolCall, stream_chat
-from collab.llm.early import EarlyRequest
+from collab.llm.early_request import EarlyRequest
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ async def stream_reply(
 
     `on_queued(position)` is awaited if the request must wait for a slot,
     `on_started(base_url)` when a request is sent to an endpoint. `early`: the request,
-    already sent (llm/early.py); its endpoint is tried first if healthy, and takes it if
+    already sent (llm/early_request.py); its endpoint is tried first if healthy, and takes it if
     it fits, else it is cancelled.
     """
     pool = pool_for(config)

@@ -2,7 +2,7 @@
 
 An agent's reply streams its run log (plan, tool calls, results, checks) as pieces of
 ``msg-N-thinking`` with offsets of their own, then its final answer on ``msg-N-body``
-in one go when the run ends (docs/architecture.md, "agents"). :class:`AgentWatch` is
+in one go when the run ends (docs/architecture.md#a-agents). :class:`AgentWatch` is
 what a :class:`collab.loadtest.room.RoomRun` adds to itself when the run config has an
 agent script: it reads the log pieces at every member (parsed once per distinct frame),
 checks them against the log of the final article, and measures each run:

@@ -1,4 +1,4 @@
-"""A client's view of collab's server frames (WIRE.md), and each reply's integrity.
+"""A client's view of collab's server frames (docs/wire.md), and each reply's integrity.
 
 :class:`Frames` folds what :func:`collab.loadtest.wire.parse_frame` reads from each frame
 into per-message state, counting gaps, repeats, pieces out of order and text that is not

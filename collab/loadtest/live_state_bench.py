@@ -1,4 +1,5 @@
-"""How to keep a live reply's text in Redis, chosen by measurement (docs/benchmarks.md).
+"""How to keep a live reply's text in Redis, chosen by measurement
+(docs/benchmarks/2026-12-02.md#b-live-text).
 
     python -m collab.loadtest.live_state_bench [--redis URL] [--pieces N] [--piece-chars C]
 

@@ -3,7 +3,7 @@ now, how busy it is, how many CPUs it has.
 
 This project's machine runs the same code at speeds a factor of two apart within
 minutes, idle, and the server's CPU per delivery and per token follow that speed
-(docs/benchmarks.md, "Issue 9, a window's read"). A figure is only comparable with
+(docs/benchmarks/2026-12-05.md#b-window-read). A figure is only comparable with
 another taken at a similar probe, so every report carries the probe it was taken at.
 With --target it is the load generator's machine, which may not be the server's.
 """

@@ -1,4 +1,4 @@
-"""The load-test report (WIRE.md, "Load test report"), its table and its chart."""
+"""The load-test report (docs/wire.md, "Load test report"), its table and its chart."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def passes(step: Mapping[str, Any], limit_ms: float = LAG_LIMIT_MS) -> bool:
 
 
 def knee_of(steps: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
-    """The highest level that passed (WIRE.md ``knee``), or None."""
+    """The highest level that passed (docs/wire.md ``knee``), or None."""
     best = None
     for step in steps:
         if passes(step):

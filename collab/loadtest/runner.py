@@ -259,7 +259,7 @@ def _levels(sc: Scenario, rooms_available: int) -> list[Level]:
 
 
 def run(opts: Options, say: Say) -> dict[str, Any]:
-    """Run the scenario; return its report (WIRE.md)."""
+    """Run the scenario; return its report (docs/wire.md)."""
     sc = opts.scenario
     keep = bool(opts.workdir)
     workdir = Path(opts.workdir) if keep else Path(tempfile.mkdtemp(prefix="collab-loadtest-"))

@@ -285,7 +285,8 @@ def level_resources(
 
 
 def cpu_per_unit(sampler: Sampler, col: Collector, before: Counters, after: Counters) -> dict[str, float | None]:
-    """The servers' CPU time per unit of work, in microseconds (docs/benchmarks.md), both
+    """The servers' CPU time per unit of work, in microseconds
+    (docs/benchmarks/2026-12-04.md#b-cpu-per-token-window), both
     over the posting window: `server_cpu_us_per_delivery` per frame a member received in
     it, `server_cpu_us_per_token` per model token read in it (each reply's data-tokens, in
     the share of its stream inside the window). `server_cpu_us_per_token_level`: over the

@@ -36,7 +36,7 @@ PASSWORD = "load-" + "pw-1234"  # seeded accounts on a throwaway database
 IDLE_ROOMS = 20  # the idle scenario spreads its sockets over this many rooms of `members`
 _STOP_TIMEOUT_S = 10.0
 # The stack sets every other COLLAB_ variable itself; these (the model client's HTTP
-# transport, collab/llm/client.py; early requests, chat/early.py) are the operator's, to
+# transport, collab/llm/client.py; early requests, chat/replies/early.py) are the operator's, to
 # compare both ways under load.
 PASSED_THROUGH = ("COLLAB_LLM_HTTP", "COLLAB_EARLY_REQUESTS")
 _START_TIMEOUT_S = 90.0

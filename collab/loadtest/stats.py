@@ -2,7 +2,7 @@
 
 Pure Python and JSON-serialisable: the simulated users fill a :class:`Collector` in each
 load-generator process, the Locust master merges them, and the ``loadtest`` command
-turns the merged one into the report WIRE.md describes. Nothing here imports gevent,
+turns the merged one into the report docs/wire.md describes. Nothing here imports gevent,
 Locust or the app.
 """
 

@@ -1,4 +1,4 @@
-"""The one parser of collab's server frames (WIRE.md), for the load generator and the tests.
+"""The one parser of collab's server frames (docs/wire.md), for the load generator and the tests.
 
 Every pattern of a server frame that a client reads is stated here once: a reply's pieces
 (answer and thinking), articles and their attributes and body, the thinking a snapshot or
@@ -34,7 +34,7 @@ __all__ = [
 
 
 def _pieces_re(stream: str) -> re.Pattern[bytes]:
-    """A piece of a reply's `body` (its answer) or `thinking` (WIRE.md): id, offset, TEXT."""
+    """A piece of a reply's `body` (its answer) or `thinking` (docs/wire.md): id, offset, TEXT."""
     return re.compile(
         rb'<div id="msg-(\d+)-' + stream.encode() + rb'" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>',
         re.S,
@@ -44,7 +44,7 @@ def _pieces_re(stream: str) -> re.Pattern[bytes]:
 _DELTA_PREFIX = b'<div id="msg-'
 _DELTA = _pieces_re("body")
 _THINKING = _pieces_re("thinking")
-# In HTML-escaped text (WIRE.md: a piece's TEXT, a streaming reply's raw body) `<` and `>`
+# In HTML-escaped text (docs/wire.md: a piece's TEXT, a streaming reply's raw body) `<` and `>`
 # never appear as themselves, and every `&` starts a character reference.
 _NOT_ESCAPED_TEXT = r"[<>]|&(?!(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);)"
 _NOT_ESCAPED = re.compile(_NOT_ESCAPED_TEXT.encode())
@@ -206,7 +206,7 @@ def thinking_shown(text: str) -> list[ThinkingShown]:
 
 
 def members(text: str) -> list[tuple[str, bool]]:
-    """The member list (WIRE.md) in a frame or a page: (username, online), in order."""
+    """The member list (docs/wire.md) in a frame or a page: (username, online), in order."""
     return [(user, online == "1") for user, online in _MEMBER.findall(text)]
 
 

@@ -42,7 +42,8 @@ ASSISTANTS = [
 # that her used-up posting rate slows nobody else down).
 SETUP = f"""
 from django.contrib.auth.models import User
-from collab.chat.actions import providers, rooms
+from collab.chat.services import providers
+from collab.chat.services import rooms
 from collab.chat.models import Assistant, Membership
 alice = User.objects.create_user("alice", password="{PASSWORD}")
 room = rooms.create_room(alice, "Lab", topic="in a real browser")

@@ -1,5 +1,5 @@
-"""An agent's run in a real browser (issue 13; the log's lines: docs/architecture.md,
-"agents"): the "Agent run" block is open while the agent works, its plan, tool calls and
+"""An agent's run in a real browser (issue 13; the log's lines: docs/architecture.md#a-agents):
+the "Agent run" block is open while the agent works, its plan, tool calls and
 results appear in it live under the label "step N of 8 · …", then the final answer is
 rendered and the run folds (a click opens it). A tool result holding HTML shows as text.
 

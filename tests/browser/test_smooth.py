@@ -1,7 +1,7 @@
 """Two replies streaming side by side at 750 tokens/s each: the page's long tasks
 (PerformanceObserver 'longtask': main-thread work over 50 ms) and its frames per second
 (requestAnimationFrame callbacks over the streaming window), measured in the browser and
-printed; docs/benchmarks.md ("In the browser") records them. The target is no long task
+printed; docs/benchmarks/2026-12-03.md#b-browser records them. The target is no long task
 over 50 ms; this test asserts only that the measurement ran, never a speed."""
 
 from __future__ import annotations

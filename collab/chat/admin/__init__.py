@@ -1,4 +1,4 @@
-"""The Django admin, extended for the staff who run collab (docs/architecture.md, "Admin"):
+"""The Django admin, extended for the staff who run collab (docs/architecture.md#a-admin):
 
 - providers.py: providers (with a benchmark action) and assistants; changes are audited;
 - rooms.py: rooms (status, members online, replies streaming, cost; lock, archive, close,

@@ -30,11 +30,11 @@ from django.urls import URLPattern, path, reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from collab.chat import shared
-from collab.chat.actions import moderation
 from collab.chat.admin.providers import staff_actor
 from collab.chat.errors import ClientError
 from collab.chat.lifecycle import runtime
 from collab.chat.models import Message, Room
+from collab.chat.services import moderation
 
 REFRESH_S = 2  # the page asks for its fragment this often (the processes publish every 2 s)
 

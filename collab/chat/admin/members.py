@@ -21,10 +21,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from collab.chat.actions import moderation
 from collab.chat.admin.providers import staff_actor
 from collab.chat.errors import ClientError
 from collab.chat.models import Ban, Membership
+from collab.chat.services import moderation
 
 
 class MembershipInline(admin.TabularInline):

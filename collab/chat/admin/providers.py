@@ -10,8 +10,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from collab.chat.actions import moderation
+from collab.chat.management.commands.benchmark_provider import run_benchmark
 from collab.chat.models import Assistant, Provider
+from collab.chat.services import moderation
 
 
 def staff_actor(request: HttpRequest) -> moderation.Actor:
@@ -59,8 +60,6 @@ class ProviderAdmin(AuditedAdmin):
 
     @admin.action(description="Benchmark the selected providers (1 run of each prompt)")
     def benchmark(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
-        from collab.chat.management.commands.benchmark_provider import run_benchmark
-
         for provider in queryset[:5]:
             result = run_benchmark(provider, runs=1)
             level = messages.ERROR if all(not s["runs"] for s in result["scenarios"].values()) else messages.INFO

@@ -40,11 +40,12 @@ from django.urls import URLPattern, reverse
 from django.utils import timezone
 
 from collab.chat import shared
-from collab.chat.actions import budgets, moderation, transcripts
+from collab.chat.admin import live, usage
 from collab.chat.admin.members import MembershipInline
 from collab.chat.admin.providers import staff_actor
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
+from collab.chat.services import budgets, moderation, transcripts
 
 Act = Callable[[moderation.Actor, Room], bool | None]
 
@@ -155,8 +156,6 @@ class RoomAdmin(admin.ModelAdmin):
     list_per_page = 50
 
     def get_urls(self) -> list[URLPattern]:
-        from collab.chat.admin import live, usage
-
         return [*live.urls(self.admin_site), *usage.urls(self.admin_site), *super().get_urls()]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Room]:

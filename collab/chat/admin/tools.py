@@ -1,4 +1,4 @@
-"""Agents' HTTP tools in the admin (docs/architecture.md, "agents"). Each add, change and
+"""Agents' HTTP tools in the admin (docs/architecture.md#a-agents). Each add, change and
 delete of a tool leaves one audit row, like a provider's: a tool decides where agents
 send what rooms hold, and with which key."""
 

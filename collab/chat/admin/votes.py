@@ -1,4 +1,4 @@
-"""Votes on assistants' replies in the admin: a read-only record, per room (actions/votes.py).
+"""Votes on assistants' replies in the admin: a read-only record, per room (services/votes.py).
 
 Staff read who voted what on which reply, and when; nobody adds, edits or deletes a
 vote here (a member's vote is theirs: they change it in the room)."""

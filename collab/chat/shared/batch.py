@@ -4,8 +4,8 @@ Every streaming reply's piece runs the sink's script (APPEND_PUBLISH: the text a
 the frame published), once per window. The coalescers' windows end together on the
 process's clock (coalescer.WindowClock), so the pieces of all the replies this process
 streams are handed over in one loop turn; here their calls go to Redis as one pipeline
-(one write, one read), at about 23 µs of CPU a call against 59-85 µs for a call of its
-own (docs/benchmarks.md, "One pipeline per window"). Calls made while a pipeline is in
+(one write, one read), for a fraction of the CPU that as many calls of their own cost
+(docs/benchmarks/2026-12-04.md#b-pipeline-per-window). Calls made while a pipeline is in
 flight go in the next one. Each caller still gets its own result or error.
 
 The script is called by its SHA; a Redis that lost it (restarted) answers NOSCRIPT: the

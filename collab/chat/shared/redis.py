@@ -1,4 +1,4 @@
-"""The shared state in Redis, for several server processes (docs/architecture.md).
+"""The shared state in Redis, for several server processes (docs/architecture.md#a-shared-state).
 
 Keys, under the prefix (`COLLAB_REDIS_PREFIX`, default `collab:`):
 
@@ -76,8 +76,8 @@ def user_ids(members: Iterable[Any]) -> set[int]:
 class _Connection(aioredis.Connection):
     """redis-py's connection, writing a small command in place. With `socket_timeout`
     set, redis-py writes each command under `asyncio.wait_for`, which on Python 3.11
-    runs the write in a task of its own: 8 µs of CPU a command, once per frame
-    (docs/benchmarks.md, "Issue 9, the frame's path"). A command smaller than the write
+    runs the write in a task of its own, and a frame costs a command
+    (docs/benchmarks/2026-12-04.md#b-frame-path). A command smaller than the write
     buffer's high-water mark, written into an empty buffer, cannot wait in `drain()`, so
     the timeout has nothing to bound; its reply is still read under `socket_timeout`
     (tests/test_shared_state.py: a Redis that never answers). Any other write goes

@@ -1,5 +1,5 @@
 """The Lua scripts of the shared state in Redis (redis.py runs them): each one a
-single atomic step on the keys docs/architecture.md lists."""
+single atomic step on the keys docs/architecture.md#a-shared-state lists."""
 
 from __future__ import annotations
 

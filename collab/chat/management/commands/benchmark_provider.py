@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from collab.chat.actions import providers
 from collab.chat.models import Provider
+from collab.chat.services import providers
 from collab.llm.benchmark import SCENARIOS, benchmark, format_table
 from collab.llm.client import aclose_clients
 

@@ -1,5 +1,5 @@
 """Create (idempotently) rooms, member accounts and assistants for tests, demos and load
-tests, and write the credentials as JSON (WIRE.md)."""
+tests, and write the credentials as JSON (docs/wire.md)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from collab.chat.actions import providers
 from collab.chat.models import Assistant, Membership, Room
+from collab.chat.services import providers
 
 
 class Command(BaseCommand):

@@ -29,8 +29,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from collab import deploy
-from collab.chat.actions import providers, rooms
 from collab.chat.models import Assistant, Room
+from collab.chat.services import providers, rooms
 from collab.deploy import STAGE_MODEL, STAGE_PROXY, STAGE_WEB, Children
 from collab.llm import local
 

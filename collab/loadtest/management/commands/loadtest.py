@@ -1,4 +1,4 @@
-"""``python manage.py loadtest --scenario NAME [--json FILE]`` (WIRE.md).
+"""``python manage.py loadtest --scenario NAME [--json FILE]`` (docs/wire.md).
 
 Starts what the scenario needs on loopback (the simulated model, Daphne with the
 scenario's settings -- ``--processes N`` of them, each room's members spread over them

@@ -1,0 +1,59 @@
+"""`lens` and `share` (docs/wire.md; docs/architecture.md#a-personal-replies): a member
+sets their personal lens in a room, and shares a personal reply made for them."""
+
+from __future__ import annotations
+
+from collab.chat import broadcast, frames, rendering, shared
+from collab.chat.commands.registry import REPLY, Access, Ctx, command
+from collab.chat.errors import ClientError
+from collab.chat.models import Membership, Message
+from collab.chat.services.lenses import check_lens, lens_html
+
+STREAMING = ("share.streaming", "This reply is still being written: share it once it has ended.")
+
+
+def _store_lens(access: Access, text: str) -> None:
+    Membership.objects.filter(pk=access.membership.pk).update(lens=text)
+
+
+@command("lens", params={"text": check_lens})
+async def lens(ctx: Ctx, text: str) -> None:
+    """Set (or, with empty text, clear) the member's lens here; every tab of theirs in
+    this room shows it (their member group), nobody else's."""
+    await ctx.store(_store_lens, text)
+    await broadcast.to_room(ctx.room_id, frames.other(lens_html(text, True), to=ctx.user_id))
+
+
+def _shareable(access: Access) -> Message:
+    """The reply the member asks to share, once every check passed (nothing changed yet)."""
+    message = access.message
+    assert message is not None
+    if message.recipient_id is None:
+        raise ClientError("share.not_personal", "This reply is already shared with the room.")
+    if message.status == Message.Status.STREAMING:
+        raise ClientError(*STREAMING)
+    return message
+
+
+def _store_share(access: Access, message: Message) -> None:
+    user_id = access.membership.user_id
+    done = Message.objects.filter(pk=message.pk, recipient_id=user_id).exclude(status=Message.Status.STREAMING)
+    if not done.update(recipient=None):  # shared meanwhile (another tab of theirs)
+        raise ClientError("share.not_personal", "This reply is already shared with the room.")
+    message.recipient = None
+
+
+@command("share", message=REPLY, open_room=True)
+async def share(ctx: Ctx) -> None:
+    """The recipient shares their finished personal reply: from now on it is the room's,
+    and every member's page shows it at its seq (collab.js places articles by seq; the
+    recipient's own copy is replaced in place). Sharing publishes: not in a locked room.
+
+    A reply whose outcome is stored but whose final article may not have been sent yet
+    still holds its live record (replies/sink.py: RoomSink.finish ends it after the
+    final): refused as still streaming, so that no late `final` marks it personal again."""
+    message = await ctx.store(_shareable)
+    if await shared.backend().leased([message.pk]):
+        raise ClientError(*STREAMING)
+    await ctx.store(_store_share, message)
+    await broadcast.to_room(ctx.room_id, frames.other(rendering.frame_new([message])))

@@ -1,0 +1,125 @@
+"""A reply's job (what its model is sent), its placeholder (the streaming row), and its
+start: the model request first, then its announcement.
+
+    start_and_announce ─> generation.registry.start(job, RoomSink)   the model request starts
+                       ─> shared.begin (text "", owner lease) ─> broadcast "new"   then pieces flow
+    then each piece, thought and the outcome go to the reply's sink (replies/sink.py)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+
+from django.conf import settings
+from django.contrib.auth.models import User
+
+from collab.chat import broadcast, shared
+from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES, HistoryRow, build_context
+from collab.chat.events import RoomFrame
+from collab.chat.generation import ReplyJob, registry
+from collab.chat.models import Assistant, Message, Room
+from collab.chat.prepared import Prepared
+from collab.chat.replies import agents
+from collab.chat.replies.sink import RoomSink
+from collab.chat.services import budgets, votes
+from collab.chat.services.lenses import personal_lenses
+from collab.chat.services.providers import deployment_slots, prices, provider_config
+
+log = logging.getLogger(__name__)
+
+_DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII digits only: "²".isdigit() is True, and int("²") fails
+
+
+def read_history(room: Room, answered: Message) -> list[HistoryRow]:
+    """The room's messages up to `answered`, oldest first: only what the context needs, and
+    no more messages than a budget could hold. Shared messages only: nobody's personal
+    replies (docs/architecture.md#a-personal-replies)."""
+    return [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq)[::-1]]
+
+
+# Its SQL compiled once (prepared.py): it runs on every post that asks.
+_HISTORY = Prepared(
+    lambda room_id, seq: (
+        Message.objects.filter(room_id=room_id, seq__lte=seq)
+        .shared()
+        .order_by("-seq")
+        .values_list(*HISTORY_COLUMNS)[:HISTORY_MESSAGES]
+    ),  # tuples, not model instances
+    2,
+)
+
+
+def reply_jobs(
+    room: Room, replies: list[Message], answered: Message, rows: list[HistoryRow] | None = None
+) -> list[ReplyJob]:
+    """A job per reply; `rows`: the room's history as `read_history` returned it, if read."""
+    history = votes.steer(room, read_history(room, answered) if rows is None else rows)
+    lenses = personal_lenses(room, replies)
+    jobs = []
+    for reply in replies:
+        assistant = reply.assistant
+        assert assistant is not None
+        budget = assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"]
+        lens = lenses.get(reply.recipient_id, "")  # "": a shared reply
+        jobs.append(
+            ReplyJob(
+                message_id=reply.id,
+                room_id=room.id,
+                provider=provider_config(assistant.provider),
+                model=assistant.model_name,
+                messages=build_context(assistant, room, history, budget, lens),
+                temperature=assistant.temperature,
+                max_tokens=assistant.max_tokens,
+                recipient_id=reply.recipient_id,
+                agent=agents.plan_for(assistant, room, answered, reply),
+                price_per_m=prices(assistant.provider),
+            )
+        )
+    return jobs
+
+
+def create_placeholders(
+    room: Room, answered: Message, assistants: list[Assistant], first_seq: int, recipient: User | None = None
+) -> list[Message]:
+    """A streaming placeholder per assistant; with `recipient`, personal replies (`/each`)."""
+    if assistants:  # every invocation passes here: none once the room's budget is spent (room.budget)
+        budgets.check(room)
+    return [
+        Message.objects.create(
+            room=room,
+            seq=first_seq + i,
+            role=Message.Role.ASSISTANT,
+            assistant=a,
+            author_name=a.display_name,
+            reply_to=answered,
+            status=Message.Status.STREAMING,
+            model=a.model_name,
+            recipient=recipient,
+            agent_steps=0 if a.is_agent else None,  # an agent's run (chat/agent.py)
+        )
+        for i, a in enumerate(assistants)
+    ]
+
+
+async def start_and_announce(
+    jobs: list[ReplyJob], room_id: int, frame: RoomFrame, *more: RoomFrame, placeholders: Sequence[Message] = ()
+) -> None:
+    """Start the replies' model requests, then announce their articles (`more`: the
+    personal replies' own "new" frames, replies/each.py): the announcement overlaps the
+    model's time to first token, and no piece is sent before it. `placeholders`: the
+    replies as just created, kept by their sinks for their final articles."""
+    created = {p.id: p for p in placeholders}
+    sinks = [RoomSink(job, created.get(job.message_id)) for job in jobs]
+    for job, sink in zip(jobs, sinks, strict=True):
+        registry.start(job, sink, slots=deployment_slots)
+    try:
+        state = shared.backend()
+        for job in jobs:
+            await state.begin(job.message_id, room_id, shared.PROCESS_ID)
+        for announcement in (frame, *more):
+            await broadcast.to_room(room_id, announcement)
+    finally:
+        for sink in sinks:
+            sink.announced.set()

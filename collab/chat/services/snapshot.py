@@ -1,0 +1,92 @@
+"""What a (re)connecting member is shown: the recent messages, replies streaming on any
+process with their text so far, and the member list; and older pages of history."""
+
+from __future__ import annotations
+
+import math
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from collab.chat import rendering, shared
+from collab.chat.models import Message, Room
+from collab.chat.services import panels
+from collab.chat.services.rooms import members_of
+
+NO_FLOOR = math.inf  # a snapshot message that takes no more pieces, only its final article
+
+
+def _recent(room_id: int, before_seq: int | None = None, user_id: int | None = None) -> tuple[list[Message], bool]:
+    limit = settings.COLLAB["HISTORY_MESSAGES"]
+    # Shared messages and this member's own personal replies (docs/architecture.md#a-personal-replies).
+    qs = Message.objects.filter(room_id=room_id).visible_to(user_id).select_related("recipient")
+    if before_seq is not None:
+        qs = qs.filter(seq__lt=before_seq)
+    page = list(qs.order_by("-seq")[: limit + 1])
+    return page[:limit][::-1], len(page) > limit
+
+
+def history(room: Room, before_seq: int | None = None, user_id: int | None = None) -> rendering.Page:
+    """A page of history before `before_seq` (None: the newest), within its byte budget,
+    as member `user_id` sees it: its oldest messages may be left for the next page."""
+    messages, has_older = _recent(room.id, before_seq, user_id)
+    return rendering.history_page(messages, has_older=has_older)
+
+
+async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> tuple[str, str, dict[int, float]]:
+    """The frames a member gets on (re)connect, and the `floors` that keep what follows
+    gap-free and duplicate-free for that member.
+
+    The caller has already joined the room's group, so every frame sent after that is
+    queued for it. A streaming reply's text is read from the shared state *after* that
+    join, and its owner appends each piece there *before* broadcasting it: so a piece is
+    either in the text read (length L) or in a frame that reaches this socket, and
+    queued pieces below L are dropped (floor L). A reply not begun yet has floor 0 (all
+    its pieces follow); every other message takes no piece at all (floor = inf) and only
+    a whole `final` article replaces it.
+
+    Both frames together fit the snapshot's byte budget (rendering.py): the newest
+    messages that fit, long ones cut, the rest reachable as older pages. A streaming
+    reply is always shown with `data-length` = L; a very long one only from character
+    `data-from` on, which keeps L and the offsets that follow exact. Messages left out
+    keep their floor (infinity): a `final` for them finds no article and changes nothing.
+    """
+    messages, has_older = await database_sync_to_async(_recent)(room_id, None, user_id)
+    state = shared.backend()
+    views = await state.read([m.id for m in messages if m.status == Message.Status.STREAMING])
+    online = await state.online(room_id)
+    members = await database_sync_to_async(members_of)(room_id, online)
+    panels_html = await database_sync_to_async(panels.render_all)(room_id, user_id, True)
+    live_texts: dict[int, str] = {}
+    thinking: dict[int, str] = {}  # a reasoning model's thinking so far, floor -id (consumers.take_frame)
+    states: dict[int, str] = {}
+    floors: dict[int, float] = {}
+    for m in messages:
+        view = views.get(m.id)
+        if m.status != Message.Status.STREAMING or (view is not None and view.ended):
+            floors[m.id] = floors[-m.id] = NO_FLOOR
+        elif view is None and (m.text or m.reasoning):
+            # Checkpointed, but no live record (its process died, or Redis lost it): the
+            # stored text so far, and no pieces; its final article (the sweep's, or the
+            # owner's once it restores the record and resyncs the sockets) replaces it.
+            live_texts[m.id], thinking[m.id] = m.text, m.reasoning
+            floors[m.id] = floors[-m.id] = NO_FLOOR
+        elif view is None:  # announced, not begun: every piece is still to come
+            live_texts[m.id] = ""
+            floors[m.id] = floors[-m.id] = 0
+        else:
+            live_texts[m.id], thinking[m.id] = view.text, view.thinking
+            states[m.id] = view.state
+            floors[m.id], floors[-m.id] = len(view.text), len(view.thinking)
+    status = await Room.objects.filter(pk=room_id).values_list("status", flat=True).afirst()
+    members_html = rendering.frame_members(members) + rendering.room_status(status or Room.Status.OPEN) + panels_html
+    html, _page = rendering.frame_snapshot(
+        messages,
+        live_texts,
+        has_older=has_older,
+        room_slug=room_slug,
+        states=states,
+        members_html=members_html,
+        live_thinking=thinking,
+    )
+    return html, members_html, floors
