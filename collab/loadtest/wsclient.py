@@ -7,8 +7,8 @@ cooperates with other greenlets; it also works with plain threads. No extensions
 (no permessage-deflate), text and binary messages, ping/pong and close handled.
 
 Hand-written rather than a library's framing because it is cheaper where it counts:
-websockets' Sans-I/O protocol in its place cost the generator 14-16% more CPU per
-delivery side by side (docs/benchmarks/loadgen-client.md), ~2 µs more per frame.
+side by side, websockets' Sans-I/O protocol in its place cost the generator more CPU per
+delivery than issue 32 allowed (docs/benchmarks/loadgen-client.md#b-loadgen-client).
 """
 
 from __future__ import annotations
