@@ -1,8 +1,9 @@
 """Several real Daphne processes on one real Redis and one real PostgreSQL database, and
 members connected to them over real WebSockets: what an operator runs behind nginx.
 
-Used by tests/test_multiprocess.py. Each process is started, signalled (SIGTERM,
-SIGKILL) and waited for as a user's process manager would.
+Used by tests/test_multiprocess.py and the other *_cluster tests. Each process is
+started (tests/servers.py), signalled (SIGTERM, SIGKILL) and waited for as a user's
+process manager would.
 """
 
 from __future__ import annotations
@@ -13,53 +14,21 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from collab.loadtest.frames import Frames
-from tests.conftest import IN_CI, require_redis
-from tests.test_e2e import free_port, login, wait_http
+from collab.loadtest.wire import members
+from tests.conftest import require_redis
+from tests.servers import login, manage, postgres_url, start_daphne, stored_replies, throwaway_database
 
-ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "cluster-pw-123"
-MEMBER_RE = re.compile(r'<li class="[^"]*" data-user="([^"]+)" data-online="([01])">')
-
-
-def postgres_url() -> str:
-    """A server to create a throwaway database on (a failure in CI when absent)."""
-    import psycopg
-
-    url = os.environ.get("TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    try:
-        psycopg.connect(url, connect_timeout=2).close()
-    except Exception as exc:
-        if IN_CI:
-            pytest.fail(f"PostgreSQL is required in CI and does not answer at {url}: {exc}")
-        pytest.skip(f"no PostgreSQL at {url}")
-    return url
-
-
-@contextmanager
-def throwaway_database(server_url: str) -> Iterator[str]:
-    import psycopg
-
-    name = f"collab_cluster_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield re.sub(r"/[^/]*$", f"/{name}", server_url)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextmanager
@@ -107,28 +76,16 @@ class Cluster:
     processes: list[Process] = field(default_factory=list)
 
     def start(self, name: str, **extra_env: str) -> Process:
-        port = free_port()
-        command = [sys.executable, "-m", "collab.web", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"]
-        proc = subprocess.Popen(command, env={**self.env, **extra_env}, cwd=ROOT)
-        process = Process(name, f"http://127.0.0.1:{port}", proc)
+        server = start_daphne({**self.env, **extra_env})
+        process = Process(name, server.url, server.proc)
         self.processes.append(process)
-        wait_http(f"{process.url}/healthz", proc)
         return process
 
     def manage(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            env=self.env, cwd=ROOT, check=True, capture_output=True, text=True,
-        )  # fmt: skip
-        return done.stdout
+        return manage(self.env, *args)
 
     def replies(self) -> dict[int, dict[str, Any]]:
-        code = (
-            "import json; from collab.chat.models import Message; print(json.dumps({m.id: {'text': m.text, "
-            "'status': m.status, 'author': m.author_name} for m in Message.objects.filter(role='assistant')}))"
-        )
-        out = self.manage("shell", "-c", code)
-        return {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+        return stored_replies(self.env)
 
     def count_messages(self, role: str = "user") -> int:
         code = f"from collab.chat.models import Message; print(Message.objects.filter(role={role!r}).count())"
@@ -160,9 +117,9 @@ class Tab:
         assert isinstance(frame, str)
         self.raw.append(frame)
         self.frames.feed(frame, time.monotonic())
-        found = MEMBER_RE.findall(frame)
+        found = members(frame)
         if found:
-            self.members = {user: online == "1" for user, online in found}
+            self.members = dict(found)
 
     async def until(self, done: Callable[[Tab], bool], timeout: float = 30.0) -> None:
         """Read frames until `done` holds: waits for the event, never for a fixed time."""

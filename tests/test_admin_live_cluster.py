@@ -148,7 +148,7 @@ def test_in_a_browser_the_page_refreshes_itself_and_its_stop_button_works(cluste
     from playwright.sync_api import sync_playwright
 
     from tests.browser.conftest import chromium_path, screenshot
-    from tests.test_e2e import login
+    from tests.servers import login
 
     path = chromium_path()
     p1, p2 = cluster.start("P1"), cluster.start("P2")

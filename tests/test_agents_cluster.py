@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from collab.loadtest.wire import thinking_shown
 from collab.simulator.app import SimulatorApp
 from tests import test_multiprocess
 from tests.cluster import Cluster, Tab
 from tests.test_agents import STATE
 from tests.test_multiprocess import opened
-from tests.test_reasoning import THINKING_SHOWN, thinking_seen
+from tests.test_reasoning import thinking_seen
 
 # The two-process fixtures of tests/test_multiprocess.py (a simulated model at 150
 # tokens/s writing up to 3,000 tokens, a cluster, alice and bob).
@@ -78,10 +79,11 @@ async def test_an_agent_run_on_one_process_is_watched_and_stopped_from_the_other
         assert "→" not in log_of(b, reply_id)  # still planning: the pieces are live on P2
         async with alice.open(p2) as late_ws:  # alice's second tab, on P2, joins mid-run
             (late,) = await opened(late_ws)
-            shown = THINKING_SHOWN.search(late.raw[0])
-            assert shown is not None and int(shown.group(1)) == reply_id
-            at_connect = int(shown.group(2))
-            assert at_connect > 0  # the log so far, from the shared state, on the other process
+            shown = thinking_shown(late.raw[0])
+            assert shown and shown[0].msg == reply_id
+            at_connect = shown[0].length
+            # The log so far, from the shared state, on the other process:
+            assert at_connect is not None and at_connect > 0
             await late.until(lambda t: "→ calculate(" in log_of(t, reply_id))
             await late.until(in_the_final_step(reply_id))
             disconnects = app.stats.disconnects

@@ -11,8 +11,6 @@ import html
 import json
 import os
 import re
-import subprocess
-import sys
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -31,9 +29,9 @@ from collab.chat.markup import render_markdown
 from collab.chat.models import Membership, Message, Room
 from collab.chat.services import rooms, snapshot
 from collab.loadtest.frames import Frames
-from collab.loadtest.wire import SNAPSHOT_PREFIX
+from collab.loadtest.wire import SNAPSHOT_PREFIX, articles, members
 from tests.conftest import World, member
-from tests.test_e2e import ROOT, free_port, login, wait_http
+from tests.servers import login, manage, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,11 +41,7 @@ SNAPSHOT_BYTES = rendering.BUDGETS["SNAPSHOT_BYTES"]
 MAX_CHARS = 8000  # the per-message cap (settings.COLLAB["MAX_MESSAGE_CHARS"])
 FLOOD = 60  # posts of MAX_CHARS characters, by three members in turn
 LONG_AT = 40  # the seq of a 300,000-character reply among them
-SEQ_RE = re.compile(r'<article id="msg-(\d+)"[^>]*data-seq="(\d+)"')
-CUT_RE = re.compile(r'<article id="msg-(\d+)"[^>]*data-truncated="1"')
-ARTICLE_RE = re.compile(r'<article id="msg-(\d+)"(.*?)</article>', re.S)
 SHOW_ALL_RE = re.compile(r'hx-get="([^"]+)"[^>]*>Show all')
-COMPACT_RE = re.compile(r'<div id="msg-(\d+)-body" class="body md"><p class="more">')
 OLDER_RE = re.compile(r'\?before=(\d+)"')
 
 
@@ -116,13 +110,23 @@ def crowd(world: World) -> list[User]:
 
 def show_all(fragment: str) -> dict[int, str]:
     """id -> the URL of its "show all" button, for every article that has one."""
-    found = {int(i): SHOW_ALL_RE.findall(inner) for i, inner in ARTICLE_RE.findall(fragment)}
+    found = {a.msg: SHOW_ALL_RE.findall(a.inner) for a in articles(fragment)}
     return {i: urls[0] for i, urls in found.items() if urls}
 
 
 def shown(fragment: str) -> dict[int, int]:
     """seq -> id of every article in a frame or page."""
-    return {int(seq): int(msg) for msg, seq in SEQ_RE.findall(fragment)}
+    return {int(a.attrs["data-seq"]): a.msg for a in articles(fragment)}
+
+
+def cut_of(fragment: str) -> list[int]:
+    """The ids of the articles sent cut (data-truncated), in order."""
+    return [a.msg for a in articles(fragment) if a.attrs.get("data-truncated") == "1"]
+
+
+def compact_of(fragment: str) -> list[int]:
+    """The ids of the articles whose body is only their "show all" button."""
+    return [a.msg for a in articles(fragment) if not a.raw and (a.html or "").startswith('<p class="more">')]
 
 
 def test_the_flood_is_past_the_wire_limit_unbudgeted(world: World, crowd: list[User]) -> None:
@@ -141,7 +145,7 @@ async def test_snapshot_of_a_flooded_room_fits_its_budget(world: World, crowd: l
     assert seqs[-1] == stored[-1].seq  # the newest message is there
     assert seqs == list(range(seqs[0], seqs[-1] + 1))  # no hole
     assert len(seqs) < 50 and OLDER_RE.findall(frame) == [str(seqs[0])]  # the rest is paged
-    cut = {int(i) for i in CUT_RE.findall(frame)}
+    cut = set(cut_of(frame))
     assert cut  # the ampersand posts (HTML over ARTICLE_BYTES) are cut ...
     assert cut < set(shown(frame).values())  # ... the prose posts are whole
     by_id = {m.id: m for m in stored}
@@ -171,7 +175,7 @@ def test_pages_of_history_hold_every_message_once_within_budget(world: World, cr
     assert sorted(seen) == [m.seq for m in stored]
     assert size(fragments[0]) <= SNAPSHOT_BYTES
     by_id = {m.id: m for m in stored}
-    cut = [int(i) for f in fragments for i in CUT_RE.findall(f)]
+    cut = [i for f in fragments for i in cut_of(f)]
     long_id = next(m.id for m in stored if m.seq == LONG_AT)
     assert long_id in cut
     for fragment in fragments:
@@ -226,9 +230,9 @@ async def live_snapshot(world: World, text: str, *, at_seq: int | None = None) -
 
 
 def live_article(frame: str, reply_id: int) -> tuple[dict[str, str], str]:
-    found = re.search(rf'<article id="msg-{reply_id}"([^>]*)>.*?class="body raw">(.*?)</div>', frame, re.S)
-    assert found is not None
-    return dict(re.findall(r'([\w-]+)="([^"]*)"', found.group(1))), html.unescape(found.group(2))
+    (found,) = [a for a in articles(frame) if a.msg == reply_id]
+    assert found.raw
+    return found.attrs, found.body
 
 
 async def test_a_huge_live_reply_is_sent_as_its_exact_tail(world: World, crowd: list[User]) -> None:
@@ -252,9 +256,9 @@ async def test_an_older_live_reply_is_whole_and_leaves_no_hole(world: World, cro
     assert floors[reply_id] == 5000
     seqs = sorted(shown(frame))
     assert seqs[0] <= FLOOD - 48 and seqs == list(range(seqs[0], FLOOD + 1))
-    compact = {int(i) for i in COMPACT_RE.findall(frame)}
-    assert compact and compact <= {int(i) for i in CUT_RE.findall(frame)}  # the oldest ones, after the reply
-    assert set(show_all(frame)) == {int(i) for i in CUT_RE.findall(frame)}
+    compact = set(compact_of(frame))
+    assert compact and compact <= set(cut_of(frame))  # the oldest ones, after the reply
+    assert set(show_all(frame)) == set(cut_of(frame))
 
 
 def test_final_frame_of_a_huge_reply_is_cut(world: World) -> None:
@@ -273,16 +277,16 @@ def test_final_frame_of_a_huge_reply_is_cut(world: World) -> None:
 
 
 def test_member_list_is_capped_online_first() -> None:
-    members: list[dict[str, Any]] = [
+    everyone: list[dict[str, Any]] = [
         {"username": f"user{i:03}", "role": "member", "online": i >= 495} for i in range(500)
     ]
-    frame = rendering.frame_members(members)
-    listed = re.findall(r'data-user="(\w+)" data-online="(\d)"', frame)
+    frame = rendering.frame_members(everyone)
+    listed = members(frame)
     assert len(listed) == rendering.BUDGETS["MEMBERS_LISTED"]
-    assert [u for u, on in listed if on == "1"] == [f"user{i}" for i in range(495, 500)]
+    assert [u for u, on in listed if on] == [f"user{i}" for i in range(495, 500)]
     assert 'data-more="400"' in frame and size(frame) < 32 * KIB
-    small = rendering.frame_members(members[:3])
-    assert len(re.findall("data-user=", small)) == 3 and "data-more" not in small
+    small = rendering.frame_members(everyone[:3])
+    assert len(members(small)) == 3 and "data-more" not in small
 
 
 # --- fault injection over a real Daphne process -------------------------------------------
@@ -316,22 +320,10 @@ def flood_daphne(tmp_path: Path) -> Iterator[str]:
     env.setdefault("COLLAB_HTTPS", "0")
     for name in ("DATABASE_URL", "REDIS_URL"):
         env.pop(name, None)
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
-    subprocess.run([*manage, "shell", "-c", FLOOD_SETUP], env=env, check=True, cwd=ROOT)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "collab.web", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"],
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/healthz", proc)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(20)
+    manage(env, "migrate", "-v0")
+    manage(env, "shell", "-c", FLOOD_SETUP)
+    with running_daphne(env) as server:
+        yield server.url
 
 
 @pytest.mark.e2e
@@ -373,7 +365,7 @@ async def test_a_room_flooded_past_the_wire_limit_still_opens(flood_daphne: str)
         assert size(first) <= SNAPSHOT_BYTES
         seqs = sorted(shown(first))
         assert seqs[-1] == newest and seqs == list(range(seqs[0], newest + 1)) and seqs[0] > 1
-        assert OLDER_RE.findall(first) == [str(seqs[0])] and CUT_RE.findall(first)
+        assert OLDER_RE.findall(first) == [str(seqs[0])] and cut_of(first)
         # The socket stays open and works: its own post comes back.
         await erin.send(json.dumps({"text": "made it in", "client_id": str(uuid.uuid4()), "HEADERS": {}}))
         frames = Frames()

@@ -4,17 +4,11 @@ client and the simulated model on a port: exactly what a browser team would do."
 from __future__ import annotations
 
 import asyncio
-import http.cookiejar
 import json
 import os
-import re
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,10 +24,10 @@ from collab.simulator.config import SimConfig
 from collab.simulator.server import bind_socket, build_server
 from collab.simulator.text import expected_text
 from tests.conftest import require_redis
+from tests.servers import login, manage, running_daphne, stored_replies, throwaway_database, wait_http
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
 SIM = SimConfig(tps=400, ttft_ms=20, reply_tokens=80, seed=3)
 
 
@@ -82,28 +76,6 @@ def recorded_sim() -> Iterator[tuple[str, Recorder]]:
     sock.close()
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"process exited with {proc.returncode}") from None
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)  # polling a server process that is starting
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 SETUP = """
 from django.contrib.auth.models import User
 from collab.chat.services import providers
@@ -136,8 +108,6 @@ def database(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     if not server:
         yield "sqlite", {"COLLAB_SQLITE_PATH": str(tmp_path / "e2e.sqlite3")}
         return
-    from tests.cluster import throwaway_database  # imports this module: not at the top
-
     # Created from the server's maintenance database: DATABASE_URL's own need not exist
     # (the tests' database is test_<its name>).
     maintenance = urllib.parse.urlsplit(server)._replace(path="/postgres").geturl()
@@ -165,50 +135,11 @@ def daphne(
         # reply of an earlier run stays "ended" in Redis for a minute (shared.KEEP_ENDED_S),
         # which would silence this run's reply of the same id.
         env["COLLAB_REDIS_PREFIX"] = f"e2e{uuid.uuid4().hex[:8]}:"
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT)
-    setup = SETUP + "from django.db import connection\nprint('vendor', connection.vendor)\n"
-    out = subprocess.run([*manage, "shell", "-c", setup], env=env, check=True, cwd=ROOT, capture_output=True, text=True)
-    assert f"vendor {vendor}" in out.stdout.splitlines(), out.stdout + out.stderr  # the database meant
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "collab.web", "-b", "127.0.0.1", "-p", str(port), "collab.asgi:application"],
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/healthz", proc)
-        yield Server(url, env, proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(20)
-
-
-def login(base: str, username: str, password: str) -> str:
-    """Log in as a browser does; return the session cookie."""
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    page = opener.open(f"{base}/accounts/login/").read().decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
-    assert token is not None
-    form = urllib.parse.urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token.group(1)})
-    opener.open(f"{base}/accounts/login/", data=form.encode())
-    session = next((c.value for c in jar if c.name == "sessionid"), None)
-    assert session is not None, "login failed"
-    return session
-
-
-def stored_replies(server: Server) -> dict[int, dict[str, Any]]:
-    code = (
-        "import json; from collab.chat.models import Message; print(json.dumps({m.id: {'text': m.text, "
-        "'status': m.status, 'author': m.author_name} for m in Message.objects.filter(role='assistant')}))"
-    )
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", code],
-        env=server.env, cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    return {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+    manage(env, "migrate", "-v0")
+    out = manage(env, "shell", "-c", SETUP + "from django.db import connection\nprint('vendor', connection.vendor)\n")
+    assert f"vendor {vendor}" in out.splitlines(), out  # the database meant
+    with running_daphne(env) as server:
+        yield Server(server.url, env, server.pid)
 
 
 async def test_two_members_see_two_parallel_replies(daphne: Server, recorded_sim: tuple[str, Recorder]) -> None:
@@ -238,7 +169,7 @@ async def test_two_members_see_two_parallel_replies(daphne: Server, recorded_sim
         async with asyncio.timeout(60):
             await asyncio.gather(read(alice, views[0]), read(bob, views[1]))
 
-    stored = stored_replies(daphne)
+    stored = stored_replies(daphne.env)
     assert sorted(r["author"] for r in stored.values()) == ["A", "B"]
     # What the simulated model sent, computed from what it was asked.
     sent = sorted(

@@ -8,7 +8,6 @@ text, a locked room) is refused with its code and changes nothing."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from collab.chat.models import Membership, Message, Room
+from collab.loadtest.wire import articles
 from tests.conftest import Member, World, all_final, member, stalling
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("replies_idle")]
@@ -71,9 +71,8 @@ async def _posted(m: Member, text: str) -> int:
     cid = await m.post(text)
     await m.until(lambda f: any(cid in raw for raw in m.raw))
     [raw] = [r for r in m.raw if cid in r]
-    found = re.search(r'<article id="msg-(\d+)"[^>]*data-client-id="' + cid, raw)
-    assert found is not None
-    return int(found.group(1))
+    (found,) = [a.msg for a in articles(raw) if a.attrs.get("data-client-id") == cid]
+    return found
 
 
 def _final(m: Member, msg_id: int) -> dict[str, str]:

@@ -3,25 +3,18 @@ partial text and a reason, the consumer goes on, and other replies are unaffecte
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from channels.db import database_sync_to_async
 from django.core.exceptions import ValidationError
 
 from collab.chat.models import Assistant, Message, Provider
 from tests.conftest import World, all_final, make_assistant, member, reply_ids
+from tests.servers import free_port
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("memory_layer", "replies_idle"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def assistant_on(world: World, handle: str, model: str = "sim", **provider: object) -> Assistant:

@@ -9,9 +9,12 @@ the machine is.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -24,13 +27,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from collab.loadtest.config import RunConfig
-from collab.loadtest.frames import Frames, not_escaped
+from collab.loadtest.frames import Frames
 from collab.loadtest.report import LATENCY_KEYS, REPORT_KEYS, knee_of, passes, summary, table
 from collab.loadtest.room import Post, RoomRun
 from collab.loadtest.sampler import Counters, Sampler, level_resources, loop_lag
 from collab.loadtest.stats import Collector, Histogram, percentiles
-from collab.loadtest.wire import parse_frame, words_of_html, words_of_text
-from collab.loadtest.wsclient import ConnectionClosed, WebSocket
+from collab.loadtest.wire import not_escaped, parse_frame, words_of_html, words_of_text
+from collab.loadtest.wsclient import ConnectionClosed, HandshakeError, WebSocket
 from collab.simulator.text import simulated_tokens, split_tokens
 from tests.conftest import require_redis
 
@@ -218,6 +221,7 @@ def test_not_escaped_counts_what_html_escaping_would_have_changed() -> None:
     assert not_escaped("Tom & Jerry") == 1
     assert not_escaped("&amp") == 1  # no semicolon: not a reference
     assert not_escaped("a > b &# c") == 2
+    assert not_escaped(b"a > b &# c &amp;") == 2  # the same on the bytes of a frame
 
 
 def test_both_checkers_flag_a_piece_that_is_not_escaped() -> None:
@@ -283,6 +287,87 @@ def test_websocket_client_reads_frames_split_anyhow() -> None:
     assert closed.value.code == 1000
     ws.close()
     server.close()
+
+
+def _client_frame(data: bytes) -> tuple[int, bytes, bytes]:
+    """The opcode and payload of one short masked client frame, and what follows it."""
+    length = data[1] & 0x7F
+    assert data[1] & 0x80 and length < 126  # a client masks; these are all short
+    mask, payload = data[2:6], data[6 : 6 + length]
+    return data[0] & 0x0F, bytes(b ^ mask[i % 4] for i, b in enumerate(payload)), data[6 + length :]
+
+
+def _serve_once(answer: Any) -> tuple[str, threading.Thread, dict[str, Any]]:
+    """A listening socket whose one connection `answer(conn, request_head, seen)` handles."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    seen: dict[str, Any] = {}
+
+    def run() -> None:
+        conn, _ = listener.accept()
+        with conn, listener:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            answer(conn, head.decode("latin-1"), seen)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return f"ws://127.0.0.1:{listener.getsockname()[1]}/ws/rooms/lab/", thread, seen
+
+
+def test_websocket_client_handshake_frames_in_the_same_read_ping_and_close_code() -> None:
+    def answer(conn: socket.socket, head: str, seen: dict[str, Any]) -> None:
+        seen["head"] = head
+        key = re.search(r"Sec-WebSocket-Key: (\S+)", head)
+        assert key is not None
+        accept = base64.b64encode(
+            hashlib.sha1((key.group(1) + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()
+        )
+        upgrade = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        # The answer, the snapshot and a ping in one write: one read may hold them all.
+        conn.sendall(
+            upgrade
+            + b"Sec-WebSocket-Accept: "
+            + accept
+            + b"\r\n\r\n"
+            + _ws_frame(0x1, b"snapshot")
+            + _ws_frame(0x9, b"hi")
+        )
+        data = b""
+        while len(data) < 8:  # the pong: 2 + 4 (mask) + 2 bytes
+            data += conn.recv(4096)
+        seen["pong"] = _client_frame(data)[:2]
+        conn.sendall(_ws_frame(0x1, b"last") + _ws_frame(0x8, (4403).to_bytes(2, "big")))
+        data = b""
+        while len(data) < 8:  # the close frame's echo
+            data += conn.recv(4096)
+        seen["close"] = _client_frame(data)[:2]
+
+    url, thread, seen = _serve_once(answer)
+    ws = WebSocket.connect(url, {"Cookie": "sessionid=abc", "Origin": "http://127.0.0.1"})
+    ws.sock.settimeout(10)  # a frame lost on the way fails the test instead of hanging it
+    got = ws.recv_messages()
+    assert got == [b"snapshot"]
+    assert ws.recv_messages() == [b"last"]  # the frame before the close frame comes first
+    with pytest.raises(ConnectionClosed) as closed:
+        ws.recv_messages()
+    assert closed.value.code == 4403
+    thread.join(10)
+    assert "Cookie: sessionid=abc" in seen["head"] and "Origin: http://127.0.0.1" in seen["head"]
+    assert seen["pong"] == (0xA, b"hi")
+    assert seen["close"] == (0x8, (4403).to_bytes(2, "big"))
+    ws.close()
+
+
+def test_websocket_client_reports_a_refused_handshake() -> None:
+    def answer(conn: socket.socket, head: str, seen: dict[str, Any]) -> None:
+        conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    url, thread, _ = _serve_once(answer)
+    with pytest.raises(HandshakeError) as refused:
+        WebSocket.connect(url)
+    thread.join(10)
+    assert refused.value.status == 403
 
 
 def test_knee_is_the_highest_passing_level() -> None:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from collab.loadtest.agents import AgentWatch, agent_report, calls_of, parse_thinking, thinking_of
+from collab.loadtest.agents import AgentWatch, agent_report, calls_of, thinking_of
 from collab.loadtest.report import REPORT_KEYS, table
 from collab.loadtest.stats import Collector
-from collab.loadtest.wire import parse_frame
+from collab.loadtest.wire import parse_frame, thinking_pieces
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,9 +67,9 @@ class _Conn:
 
 
 def test_thinking_pieces_and_the_final_log_parse() -> None:
-    (piece,) = parse_thinking(thinking_frame(3))
+    (piece,) = thinking_pieces(thinking_frame(3))
     assert (piece.msg, piece.offset, piece.text) == (9, len("".join(LOG[:3])), LOG[3])
-    assert parse_thinking(b'<div id="msg-9-body" hx-swap-oob="beforeend" data-offset="0">x</div>') == []
+    assert thinking_pieces(b'<div id="msg-9-body" hx-swap-oob="beforeend" data-offset="0">x</div>') == []
     assert thinking_of(final_frame(FULL).decode()) == FULL
     assert thinking_of("<article><div id='msg-9-body'></div></article>") is None
     # The model's words of each call (plan, check, final step), not the headings or tool lines.

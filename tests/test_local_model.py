@@ -29,7 +29,7 @@ from websockets.asyncio.client import connect
 from collab.llm import local
 from collab.loadtest.frames import Frames, Reply
 from tests.conftest import IN_CI
-from tests.test_e2e import free_port, login, wait_http
+from tests.servers import free_port, login, wait_http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.localmodel, pytest.mark.timeout(600)]
 

@@ -10,7 +10,6 @@ services/votes.py keeps them, with the verdict of the room's rule: votes.verdict
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +22,12 @@ from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room, Vote
 from collab.chat.replies import merging
 from collab.chat.services.votes import verdict_of
+from collab.loadtest import wire
 from tests.conftest import Member, World, connected, member
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("replies_idle")]
 live = pytest.mark.usefixtures("layer")  # in memory, and on Redis (both channel layers)
 memory = pytest.mark.usefixtures("memory_layer")
-
-ARTICLE_RE = re.compile(r"<article ([^>]*)>")
 
 
 @dataclass
@@ -93,10 +91,9 @@ def articles(m: Member, msg_id: int) -> list[dict[str, str]]:
     """The attributes of every article of `msg_id` this socket was sent."""
     found = []
     for frame in m.raw:
-        for attrs in ARTICLE_RE.findall(frame):
-            parsed = dict(re.findall(r'([\w-]+)="([^"]*)"', attrs))
-            if parsed.get("id") == f"msg-{msg_id}":
-                found.append(parsed)
+        for article in wire.articles(frame):
+            if article.msg == msg_id:
+                found.append(article.attrs)
     return found
 
 

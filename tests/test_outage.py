@@ -26,9 +26,9 @@ import redis
 
 from collab.chat.lifecycle import HEARTBEAT_S
 from collab.simulator.testing import running_simulator_app
-from tests.cluster import SETUP, Browser, Cluster, Tab, postgres_url, throwaway_database
+from tests.cluster import SETUP, Browser, Cluster, Tab
 from tests.conftest import IN_CI
-from tests.test_e2e import free_port
+from tests.servers import free_port, postgres_url, throwaway_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

@@ -8,26 +8,24 @@ PostgreSQL one."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import time
 from collections.abc import Iterator
 
 import pytest
 
+from collab.loadtest.wire import members
 from collab.simulator.testing import running_simulator_app
 from tests.cluster import SETUP, Browser, Cluster, Tab
 from tests.conftest import Member, World, member, require_redis
-
-MEMBER_RE = re.compile(r'<li class="[^"]*" data-user="([^"]+)" data-online="([01])">')
 
 
 def listed(m: Member) -> dict[str, bool]:
     """The newest member list this socket was shown."""
     for frame in reversed(m.raw):
-        found = MEMBER_RE.findall(frame)
+        found = members(frame)
         if found:
-            return {user: online == "1" for user, online in found}
+            return dict(found)
     return {}
 
 

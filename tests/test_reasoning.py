@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from typing import Any
 
 import pytest
@@ -17,18 +16,11 @@ from django.test import AsyncClient
 from collab.chat.models import Message
 from collab.llm import Endpoint, Finish, Thought, Usage, stream_chat
 from collab.llm.client import aclose_clients
+from collab.loadtest.wire import parse_frame, thinking_pieces, thinking_shown
 from collab.simulator.text import expected_text, thinking_tokens
 from tests.conftest import SIM_TOKENS, Member, World, member, reply_ids
 from tests.test_llm_client import chunk, serve
 
-THINKING_PIECE = re.compile(
-    r'<div id="msg-(\d+)-thinking" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>', re.S
-)
-THINKING_SHOWN = re.compile(
-    r'<div id="msg-(\d+)-thinking" class="thinking-body"(?: data-length="(\d+)")?(?: data-from="(\d+)")?>(.*?)</div>',
-    re.S,
-)
-ANSWER_PIECE = re.compile(r'<div id="msg-(\d+)-body" hx-swap-oob="beforeend" data-offset="(\d+)">')
 PROMPT = [{"role": "user", "content": "think first"}]
 
 
@@ -37,28 +29,27 @@ def thinking_seen(m: Member, reply_id: int) -> tuple[str, list[tuple[int, int]]]
     checked to start where the text so far ends), and its pieces as (offset, length)."""
     text, pieces = "", []
     for frame in m.raw:
-        for shown in THINKING_SHOWN.finditer(frame):
-            if int(shown.group(1)) == reply_id and shown.group(2) is not None:  # a snapshot: start again
-                assert shown.group(3) is None  # the whole text so far (no data-from)
-                text, pieces = html.unescape(shown.group(4)), []
-                assert len(text) == int(shown.group(2))
-        for piece in THINKING_PIECE.finditer(frame):
-            if int(piece.group(1)) != reply_id:
+        for shown in thinking_shown(frame):
+            if shown.msg == reply_id and shown.length is not None:  # a snapshot: start again
+                assert shown.start is None  # the whole text so far (no data-from)
+                text, pieces = shown.text, []
+                assert len(text) == shown.length
+        for piece in thinking_pieces(frame.encode()):
+            if piece.msg != reply_id:
                 continue
-            offset, part = int(piece.group(2)), html.unescape(piece.group(3))
-            assert offset == len(text), f"a gap or an overlap at {offset} (shown {len(text)})"
-            text += part
-            pieces.append((offset, len(part)))
+            assert piece.offset == len(text), f"a gap or an overlap at {piece.offset} (shown {len(text)})"
+            text += piece.text
+            pieces.append((piece.offset, len(piece.text)))
     return text, pieces
 
 
 def thinking_at_connect(late: Member, reply_id: int) -> int:
     """The length L of the thinking in a socket's first frame (its snapshot), checked to hold
     all of it (data-length L, no data-from)."""
-    shown = THINKING_SHOWN.search(late.raw[0])
-    assert shown is not None and int(shown.group(1)) == reply_id
-    at_connect = int(shown.group(2))
-    assert at_connect > 0 and len(html.unescape(shown.group(4))) == at_connect
+    shown = thinking_shown(late.raw[0])
+    assert shown and shown[0].msg == reply_id and shown[0].start is None
+    at_connect = shown[0].length
+    assert at_connect is not None and at_connect > 0 and len(shown[0].text) == at_connect
     return at_connect
 
 
@@ -151,8 +142,8 @@ async def test_thinking_streams_apart_and_is_never_history(world: World, sim: tu
             shown, pieces = thinking_seen(m, reply_id)
             assert shown == stored.reasoning and pieces  # all of it, as pieces of its own, offsets from 0
             assert m.frames.replies[reply_id].text == stored.text  # the answer's pieces hold no thinking
-            first_thought = next(i for i, f in enumerate(m.raw) if THINKING_PIECE.search(f))
-            first_answer = next(i for i, f in enumerate(m.raw) if ANSWER_PIECE.search(f))
+            first_thought = next(i for i, f in enumerate(m.raw) if thinking_pieces(f.encode()))
+            first_answer = next(i for i, f in enumerate(m.raw) if parse_frame(f.encode()).kind == "delta")
             assert first_thought < first_answer
             final = m.frames.replies[reply_id]
             assert final.final_attrs["data-tokens"] == str(12 + SIM_TOKENS)  # the reply's tokens hold its thinking
@@ -233,10 +224,10 @@ def test_a_long_thinking_is_sent_as_its_tail_and_cut_in_the_final_article(settin
         [live], {7: "the answer so far"}, has_older=False, room_slug="lab", live_thinking={7: thinking}
     )
     assert rendering.size(html_text) <= 64 * 1024
-    shown = THINKING_SHOWN.search(html_text)
-    assert shown is not None and int(shown.group(2)) == len(thinking)
-    start = int(shown.group(3))
-    assert start > 0 and html.unescape(shown.group(4)) == thinking[start:]
+    (shown,) = thinking_shown(html_text)
+    assert shown.length == len(thinking)
+    start = shown.start
+    assert start is not None and start > 0 and shown.text == thinking[start:]
     done = Message(id=8, seq=4, room_id=1, role="assistant", status="done", author_name="A", text="ok")
     done.created_at, done.html, done.reasoning = timezone.now(), "<p>ok</p>", thinking
     final = rendering.frame_final(done)

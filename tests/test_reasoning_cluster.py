@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from collab.loadtest.wire import thinking_shown
 from tests import test_multiprocess
 from tests.cluster import Cluster, Tab
 from tests.test_multiprocess import opened
-from tests.test_reasoning import THINKING_SHOWN, thinking_seen
+from tests.test_reasoning import thinking_seen
 
 # The two-process fixtures of tests/test_multiprocess.py (a simulated model, a cluster, alice and bob).
 sim, cluster, two = test_multiprocess.sim, test_multiprocess.cluster, test_multiprocess.two
@@ -52,10 +53,11 @@ async def test_thinking_reaches_the_other_process_and_resumes_there(two: tuple[C
         await a.until(lambda t: len(thinking_seen(t, reply_id)[1]) >= 3)
         async with bob.open(p2) as b_ws:
             (b,) = await opened(b_ws)
-            shown = THINKING_SHOWN.search(b.raw[0])
-            assert shown is not None and int(shown.group(1)) == reply_id
-            at_connect = int(shown.group(2))
-            assert at_connect > 0  # the thinking so far, from the shared state, on the other process
+            shown = thinking_shown(b.raw[0])
+            assert shown and shown[0].msg == reply_id
+            at_connect = shown[0].length
+            # The thinking so far, from the shared state, on the other process:
+            assert at_connect is not None and at_connect > 0
             done = lambda t: t.frames.replies[reply_id].final_attrs.get("data-status") == "done"  # noqa: E731
             await b.until(done, timeout=60)
             await a.until(done, timeout=60)

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from collab.chat.models import AuditEntry, Membership, Message, Room
 from collab.chat.services import budgets
+from collab.loadtest.wire import attributes
 from tests.conftest import Member, World, all_final, member, reply_ids
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("replies_idle")]
@@ -42,7 +43,7 @@ def budget_frames(m: Member) -> list[dict[str, str]]:
     found = []
     for frame in m.raw:
         for attrs in BUDGET_RE.findall(frame):
-            found.append(dict(re.findall(r'([\w-]+)="([^"]*)"', attrs)))
+            found.append(attributes(attrs))
     return found
 
 

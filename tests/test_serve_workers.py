@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import re
 import shutil
 import signal
@@ -28,7 +27,7 @@ from websockets.asyncio.client import connect
 from collab import deploy
 from collab.loadtest.frames import Frames
 from tests.conftest import IN_CI, require_redis
-from tests.test_e2e import login, wait_http
+from tests.servers import free_port_run, login, wait_http
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,16 +44,6 @@ def require_nginx() -> str:
 def listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def free_port_run(count: int) -> int:
-    """A port P with P .. P+count-1 all free: --port and the workers after it. Below the
-    ephemeral range, where no outgoing connection takes one between the check and the bind."""
-    for _ in range(100):
-        base = random.randrange(20000, 32000 - count)
-        if all(deploy.port_free("127.0.0.1", base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 # --- the nginx configuration ----------------------------------------------------------

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_e2e import free_port
+from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCTION_KEY = secrets.token_urlsafe(50)

@@ -17,11 +17,10 @@ from django.test import Client
 from collab.chat import shared
 from collab.chat.models import AuditEntry, Ban, Membership, Message, Room
 from collab.chat.services import moderation
+from collab.loadtest.wire import members
 from tests.conftest import World, all_final, connected, member
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("replies_idle")]
-
-MEMBER_RE = re.compile(r'data-user="([^"]+)" data-online="([01])"')
 
 
 @pytest.fixture
@@ -36,8 +35,8 @@ def browser(user: User) -> Client:
     return client
 
 
-def listed(frame: str) -> dict[str, str]:
-    return dict(MEMBER_RE.findall(frame))
+def listed(frame: str) -> dict[str, bool]:
+    return dict(members(frame))
 
 
 def test_the_room_page_read_only_for_staff(world: World, dave: User) -> None:
@@ -118,7 +117,7 @@ async def test_the_staff_socket_sees_the_room_live_and_is_nobody_in_it(world: Wo
         await staff.until(lambda f: f.snapshots == 1)
         snapshot = staff.raw[0] + "".join(staff.raw[1:])
         assert set(listed(snapshot)) == {"alice", "bob"}
-        assert listed(snapshot)["bob"] == "1"
+        assert listed(snapshot)["bob"] is True
         assert dave.pk not in await shared.backend().online(world.room.pk)
         await bob.post("@a tell the staff something")
         await staff.until(lambda f: all_final(f, 1))

@@ -30,7 +30,6 @@ use the rest without Locust.
 
 from __future__ import annotations
 
-import html
 import math
 import re
 import time
@@ -41,16 +40,11 @@ from itertools import accumulate
 from typing import Any
 
 from collab.loadtest.stats import Collector, Histogram, percentiles
-from collab.loadtest.wire import Parsed, Piece
+from collab.loadtest.wire import Parsed, Piece, thinking_pieces, thinking_shown
 from collab.simulator.text import split_tokens
 
-__all__ = ["AGENT_HISTOGRAMS", "AgentWatch", "agent_report", "parse_thinking", "post_in_turn", "thinking_of"]
+__all__ = ["AGENT_HISTOGRAMS", "AgentWatch", "agent_report", "post_in_turn", "thinking_of"]
 
-_THINKING = re.compile(
-    rb'<div id="msg-(\d+)-thinking" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>',
-    re.S,
-)
-_THINKING_BODY = re.compile(r'<div id="msg-\d+-thinking" class="thinking-body"[^>]*>(.*?)</div>', re.S)
 _HEADING = re.compile(r"▸ (?:Plan|Step \d+|Revised plan)\n|▸ Check: ")
 _MARKS = "▸✓■→←✗"  # what starts a line of the log that is not the model's
 _CACHE_MAX = 4096
@@ -65,22 +59,10 @@ AGENT_HISTOGRAMS = (
 )
 
 
-def parse_thinking(data: bytes) -> list[Piece]:
-    """The ``msg-N-thinking`` pieces of a frame (text unescaped); [] for any other frame."""
-    out = []
-    for m in _THINKING.finditer(data):
-        text = m.group(3).decode("utf-8")
-        if "&" in text:
-            text = html.unescape(text)
-        offset = int(m.group(2))
-        out.append(Piece(int(m.group(1)), offset, text, offset + len(text)))
-    return out
-
-
 def thinking_of(article_html: str) -> str | None:
     """The run log an article shows (its ``thinking-body``), unescaped; None without one."""
-    m = _THINKING_BODY.search(article_html)
-    return html.unescape(m.group(1)) if m else None
+    shown = thinking_shown(article_html)
+    return shown[0].text if shown else None
 
 
 @dataclass(slots=True)
@@ -143,7 +125,7 @@ class AgentWatch:
             return
         pieces = self._pieces.get(data)
         if pieces is None:
-            pieces = parse_thinking(data)
+            pieces = thinking_pieces(data)
             self._pieces[data] = pieces
             if len(self._pieces) > _CACHE_MAX:
                 for key in list(self._pieces)[: _CACHE_MAX // 2]:

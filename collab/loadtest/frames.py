@@ -1,31 +1,18 @@
-"""Read collab's server frames as a client does (docs/wire.md), and check each reply's integrity.
+"""A client's view of collab's server frames (docs/wire.md), and each reply's integrity.
 
-Imports nothing from the app: the load generator and the tests both use it, and both
-see only what goes over the wire.
+:class:`Frames` folds what :func:`collab.loadtest.wire.parse_frame` reads from each frame
+into per-message state, counting gaps, repeats, pieces out of order and text that is not
+HTML-escaped as it goes: what the tests read the wire with. Imports nothing from the app.
 """
 
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass, field
 
-from collab.loadtest.wire import ARTICLE_RE as _ARTICLE
-from collab.loadtest.wire import ATTR_RE as _ATTR
-from collab.loadtest.wire import BODY_RE as _BODY
-from collab.loadtest.wire import ERROR_RE as _ERROR
-from collab.loadtest.wire import SNAPSHOT_PREFIX as _SNAPSHOT
+from collab.loadtest.wire import ArticleInfo, not_escaped, parse_frame
 
-_DELTA = re.compile(r'<div id="msg-(\d+)-body" hx-swap-oob="beforeend" data-offset="(\d+)">(.*?)</div>', re.S)
-# In HTML-escaped text (docs/wire.md: a piece's TEXT, a streaming reply's raw body) `<` and `>`
-# never appear as themselves, and every `&` starts a character reference.
-_NOT_ESCAPED = re.compile(r"[<>]|&(?!(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);)")
-
-
-def not_escaped(raw: str) -> int:
-    """How many characters of `raw`, as it came over the wire, are not HTML-escaped: a
-    `<`, a `>`, or an `&` that starts no character reference."""
-    return len(_NOT_ESCAPED.findall(raw))
+__all__ = ["Frames", "Reply"]
 
 
 @dataclass
@@ -79,23 +66,20 @@ class Frames:
 
     def feed(self, frame: str, at: float = 0.0) -> None:
         self.frames += 1
-        if frame.startswith('<div id="msg-'):
-            for m in _DELTA.finditer(frame):
-                self._piece(int(m.group(1)), int(m.group(2)), m.group(3), at)
-            return
-        if frame.startswith(_SNAPSHOT):
+        parsed = parse_frame(frame.encode("utf-8"))
+        if parsed.kind == "snapshot":
             self.snapshots += 1
-        for m in _ARTICLE.finditer(frame):
-            self._article(m.group(1), m.group(2), at)
-        for code, text in _ERROR.findall(frame):
-            self.errors.append((code, html.unescape(text)))
+        for p in parsed.pieces:
+            self._piece(p.msg, p.offset, p.text, p.unescaped, at)
+        for a in parsed.articles:
+            self._article(a, at)
+        self.errors.extend(parsed.errors)
 
-    def _piece(self, msg_id: int, offset: int, raw: str, at: float) -> None:
-        """One piece, its TEXT as it came over the wire: checked for escaping, then
-        unescaped. A piece past the end of the text is held until the gap closes."""
+    def _piece(self, msg_id: int, offset: int, text: str, unescaped: int, at: float) -> None:
+        """One piece (its TEXT unescaped; `unescaped`: its characters, as sent, that were
+        not escaped). A piece past the end of the text is held until the gap closes."""
         r = self.reply(msg_id)
-        r.unescaped += not_escaped(raw)
-        text = html.unescape(raw)
+        r.unescaped += unescaped
         r.pieces += 1
         if r.first_piece_at is None:
             r.first_piece_at = at
@@ -120,25 +104,23 @@ class Frames:
         r.duplicated += overlap
         return text[overlap:]
 
-    def _article(self, attr_text: str, inner: str, at: float) -> None:
-        attrs = dict(_ATTR.findall(attr_text))
-        msg_id = int(attrs["id"].removeprefix("msg-"))
-        r = self.reply(msg_id)
+    def _article(self, a: ArticleInfo, at: float) -> None:
+        attrs = a.attrs
+        r = self.reply(a.msg)
         r.seq = int(attrs.get("data-seq", 0))
-        r.role = attrs.get("data-role", "")
+        r.role = a.role
         r.author = html.unescape(attrs.get("data-author", ""))
-        r.status = attrs.get("data-status", "")
-        body = _BODY.search(inner)
+        r.status = a.status
         if attrs.get("hx-swap-oob") == "true":  # a whole article sent again: the end of a reply
             r.final_attrs = attrs
-            r.final_html = body.group(2) if body else ""
+            r.final_html = a.html or ""
             r.ended_at = at
-        elif "data-length" in attrs and body is not None:  # a reply in progress, on (re)connect
-            r.unescaped += not_escaped(body.group(2))
-            r.text = html.unescape(body.group(2))
+        elif "data-length" in attrs and a.html is not None:  # a reply in progress, on (re)connect
+            r.unescaped += a.unescaped if a.raw else not_escaped(a.html)
+            r.text = a.body if a.raw else html.unescape(a.html)
             r.ahead.clear()
             if len(r.text) != int(attrs["data-length"]):
                 r.snapshot_mismatch += abs(len(r.text) - int(attrs["data-length"]))
-        elif body is not None and body.group(1) == "raw" and not r.text:
-            r.unescaped += not_escaped(body.group(2))
-            r.text = html.unescape(body.group(2))
+        elif a.raw and not r.text:
+            r.unescaped += a.unescaped
+            r.text = a.body

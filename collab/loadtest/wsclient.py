@@ -5,6 +5,10 @@ cuts all the complete frames out of it, so a member that is behind catches up in
 wake-up instead of one per frame. Under gevent's monkey-patched ``socket`` it
 cooperates with other greenlets; it also works with plain threads. No extensions
 (no permessage-deflate), text and binary messages, ping/pong and close handled.
+
+Hand-written rather than a library's framing because it is cheaper where it counts:
+side by side, websockets' Sans-I/O protocol in its place cost the generator more CPU per
+delivery than issue 32 allowed (docs/benchmarks/loadgen-client.md#b-loadgen-client).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,9 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.test_e2e import free_port, login, wait_http
+from tests.servers import ROOT, Daphne, free_port, login, manage, start_daphne
 
-ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("COLLAB_TEST_ARTIFACTS", ROOT / ".cache" / "test-artifacts"))
 AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
 PASSWORD = "browser-pw-123"
@@ -72,32 +70,25 @@ def chromium_path() -> str:
 
 @dataclass
 class Site:
-    """A Daphne process on a SQLite file of its own, with alice (owner), bob and carol in room lab."""
+    """A Daphne process on a SQLite file of its own, with alice (owner), bob and carol in
+    room lab. It keeps its port when stopped and started again (a restart mid-reply)."""
 
     url: str
     env: dict[str, str]
     port: int
-    proc: subprocess.Popen[bytes] | None = None
+    server: Daphne | None = None
     cookies: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.server.proc if self.server is not None else None
+
     def start(self) -> None:
-        command = [
-            sys.executable,
-            "-m",
-            "collab.web",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(self.port),
-            "collab.asgi:application",
-        ]
-        self.proc = subprocess.Popen(command, env=self.env, cwd=ROOT)
-        wait_http(f"{self.url}/healthz", self.proc)
+        self.server = start_daphne(self.env, self.port)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(30)
+        if self.server is not None:
+            self.server.stop()
 
     def cookie(self, username: str) -> str:
         if username not in self.cookies:
@@ -105,11 +96,7 @@ class Site:
         return self.cookies[username]
 
     def shell(self, code: str) -> str:
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), "shell", "-c", code],
-            env=self.env, cwd=ROOT, check=True, capture_output=True, text=True,
-        )  # fmt: skip
-        return done.stdout
+        return manage(self.env, "shell", "-c", code)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +119,7 @@ def site(browser_sim: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     }
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
-    subprocess.run([sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"], env=env, check=True, cwd=ROOT)
+    manage(env, "migrate", "-v0")
     port = free_port()
     site = Site(f"http://127.0.0.1:{port}", env, port)
     site.shell(SETUP)
