@@ -1,11 +1,34 @@
-"""The render budget (chat/markup.py): what is highlighted and parsed is capped."""
+"""The render budget (chat/markup.py, chat/render_pool.py): no text, a member's or a
+model's, keeps its render going past the budget; a text that misses it is shown as
+written; slow renders keep no other render waiting.
+
+The budget is asserted by what the fallback does (the text shown plain, the worker
+killed and replaced), not by how fast ordinary text renders.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from collab.chat import markup
+from collab.chat import markup, render_pool
 from collab.chat.markup import HIGHLIGHT_MAX_CHARS, HIGHLIGHT_MAX_LINE, LINK_OPENERS_MAX, render_now
+from collab.chat.render_pool import SHORT_CHARS
+from tests.test_fuzz import check_rendered
+
+FAKE_WORKER = (sys.executable, str(Path(__file__).with_name("render_fake_worker.py")))
+# Past the budget, the time a loaded machine may take to hand the fallback back: generous,
+# as the renders it bounds took minutes.
+GRACE_S = 3.0
+LONG = "hang " + "x" * SHORT_CHARS  # the fake worker never answers it; long enough for the long lane
 
 
 def systemd_post(lang: str = "systemd") -> tuple[str, str]:
@@ -70,3 +93,97 @@ def test_past_so_many_brackets_links_are_plain_text() -> None:
     assert "<a href" in render_now("[" * (LINK_OPENERS_MAX - 1) + link, user=True)
     past = render_now("[" * LINK_OPENERS_MAX + link + "\n\n[r]: https://example.com/r", user=True)
     assert "<a href" not in past and "[a](https://example.com/)" in past and "[r]: https://example.com/r" in past
+
+
+# --- the budget, through the worker processes --------------------------------------------
+
+
+def test_the_fallback_is_the_text_as_written_escaped() -> None:
+    assert markup.plain("a <b>\nc &\n\n\n  \nd\x00\ud800") == "<p>a &lt;b&gt;<br>\nc &amp;</p>\n<p>d\ufffd\ufffd</p>\n"
+    assert markup.plain("") == ""
+    check_rendered(markup.plain("<script>alert(1)</script>"))
+
+
+@pytest.fixture
+def pools() -> Iterator[Callable[[int], render_pool.Pool]]:
+    """Pools of the fake worker (tests/render_fake_worker.py), closed after the test."""
+    made: list[render_pool.Pool] = []
+
+    def make(workers: int) -> render_pool.Pool:
+        made.append(render_pool.Pool(workers, command=FAKE_WORKER))
+        return made[-1]
+
+    yield make
+    for pool in made:
+        pool.close()
+
+
+def pid_of(html: str | None) -> int:
+    found = re.search(r"pid=(\d+)", html or "")
+    assert found is not None, html
+    return int(found.group(1))
+
+
+def in_a_minute() -> float:
+    return time.monotonic() + 60
+
+
+def test_a_render_past_its_deadline_is_cut_and_its_worker_replaced(pools: Callable[[int], render_pool.Pool]) -> None:
+    pool = pools(1)
+    first = pid_of(pool.submit("ok", True, in_a_minute()).result(60))
+    assert pool.submit("hang", True, time.monotonic() + 0.5).result(60) is None
+    assert pool.outcomes["deadline"] == 1
+    with pytest.raises(ProcessLookupError):
+        os.kill(first, 0)  # killed and reaped
+    assert pid_of(pool.submit("ok", True, in_a_minute()).result(60)) != first
+
+
+def test_a_worker_that_dies_mid_render_is_replaced(pools: Callable[[int], render_pool.Pool]) -> None:
+    pool = pools(1)
+    first = pid_of(pool.submit("ok", True, in_a_minute()).result(60))
+    assert pool.submit("die", True, in_a_minute()).result(60) is None
+    assert pool.outcomes["failed"] == 1
+    assert pid_of(pool.submit("ok", True, in_a_minute()).result(60)) != first
+
+
+def test_a_renderers_error_is_shown_plain_and_the_worker_kept(pools: Callable[[int], render_pool.Pool]) -> None:
+    pool = pools(1)
+    first = pid_of(pool.submit("ok", True, in_a_minute()).result(60))
+    assert pool.submit("raise", True, in_a_minute()).result(60) is None
+    assert pool.outcomes["failed"] == 1
+    assert pid_of(pool.submit("ok", True, in_a_minute()).result(60)) == first
+
+
+def test_long_renders_cannot_keep_a_short_one_waiting(pools: Callable[[int], render_pool.Pool]) -> None:
+    """Seven tabs' renders that never end hold the long lane; a short post is rendered
+    meanwhile by the worker kept for short texts. Closing the pool shows them plain."""
+    pool = pools(2)
+    slow = [pool.submit(LONG, True, in_a_minute()) for _ in range(7)]
+    assert pool.submit("ordinary", True, in_a_minute()).result(60).startswith("<p>ordinary")
+    assert not any(future.done() for future in slow)
+    pool.close()
+    assert [future.result(10) for future in slow] == [None] * 7
+
+
+async def test_a_flood_of_slow_renders_keeps_no_other_waiting(
+    pools: Callable[[int], render_pool.Pool], monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """Through the event loop's API, with a budget: the slow ones are shown as written at
+    their deadline (queued or running); the ordinary one, asked last, is rendered first."""
+    settings.COLLAB = {**settings.COLLAB, "RENDER_BUDGET_S": 5.0}
+    monkeypatch.setattr(render_pool, "_pool", pools(2))
+    slow = [asyncio.ensure_future(markup.arender_user_markdown(LONG)) for _ in range(7)]
+    ordinary = await markup.arender_user_markdown("an ordinary post")
+    assert ordinary.startswith("<p>an ordinary post")
+    assert not any(task.done() for task in slow)
+    assert await asyncio.gather(*slow) == [markup.plain(LONG)] * 7
+
+
+def test_a_render_from_a_thread_falls_back_at_the_deadline(
+    pools: Callable[[int], render_pool.Pool], monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The sync API (what callers' sync_to_async runs) waits no longer than the budget."""
+    settings.COLLAB = {**settings.COLLAB, "RENDER_BUDGET_S": 0.5}
+    monkeypatch.setattr(render_pool, "_pool", pools(1))
+    assert markup.render_markdown("hang **on**") == "<p>hang **on**</p>\n"
+    assert markup.render_markdown("**ok**").startswith("<p>**ok** pid=")

@@ -13,7 +13,12 @@ on each `[` that no `]` closes. So, from the inside out (docs/benchmarks/render-
 - only lexers of an allow-list highlight, only up to HIGHLIGHT_MAX_CHARS a block (in lines
   of HIGHLIGHT_MAX_LINE) and HIGHLIGHT_TOTAL_CHARS a text, and highlighting stops (the rest
   of the code plain) once a text's has taken HIGHLIGHT_BUDGET_S;
-- a text with more than LINK_OPENERS_MAX `[` is parsed without links and images.
+- a text with more than LINK_OPENERS_MAX `[` is parsed without links and images;
+- the public functions render in a worker process (render_pool.py) that is killed at the
+  render budget (settings.COLLAB["RENDER_BUDGET_S"]), and a text that misses it is shown
+  as written, escaped (plain()): stored and shown, never lost, never late.
+
+render_now() is the renderer itself, in this process: the worker's, the benchmark's.
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 
+from collab.chat import render_pool
+
 _formatter = HtmlFormatter(nowrap=True)
 
 # What a fence's first word may name, and the Pygments lexer it gets: the languages a team
 # pastes. Any other is shown as escaped plain code. Each lexer here was searched with
-# `python manage.py render_bench --lexers` (pathological bodies); the quadratic ones that
+# `python -m collab.chat.render_bench --lexers` (pathological bodies); the quadratic ones that
 # search found (python, javascript...) are bounded by the caps below, and a lexer that is
 # cubic on one line (systemd, zeek, mcfunction, easytrieve) is not here at all.
 LEXERS: dict[str, str] = {
@@ -204,22 +211,56 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def render_markdown(text: str) -> str:
-    """Sanitised HTML for `text` (an assistant's reply). Safe to mark safe in a template."""
-    return render_now(text, user=False)
+    """Sanitised HTML for `text` (an assistant's reply), within the render budget.
+    Safe to mark safe in a template. Blocks its thread up to the budget: from the event
+    loop, await arender_markdown instead."""
+    html = render_pool.render(text, user=False)
+    return plain(text) if html is None else html
 
 
 def render_user_markdown(text: str) -> str:
     """Sanitised HTML for a person's message: Markdown whose line breaks are kept."""
-    return render_now(text, user=True)
+    html = render_pool.render(text, user=True)
+    return plain(text) if html is None else html
+
+
+async def arender_markdown(text: str) -> str:
+    """render_markdown for the event loop: holds no thread of the loop's executor while
+    the worker renders, so slow renders cannot keep other work waiting for one."""
+    html = await render_pool.arender(text, user=False)
+    return plain(text) if html is None else html
+
+
+async def arender_user_markdown(text: str) -> str:
+    """render_user_markdown for the event loop (see arender_markdown)."""
+    html = await render_pool.arender(text, user=True)
+    return plain(text) if html is None else html
 
 
 def render_now(text: str, *, user: bool, highlight_s: float = HIGHLIGHT_BUDGET_S) -> str:
-    """The render itself, in this thread, bounded by the caps above. `highlight_s`: the
-    time its highlighting may take."""
+    """The render itself, in this thread: bounded by the caps above, not by the budget.
+    `highlight_s`: the time its highlighting may take (a worker gives it less when the
+    budget it was given is nearly spent)."""
     text = _LONE_SURROGATE.sub("\ufffd", text)
     _quota.chars = HIGHLIGHT_TOTAL_CHARS
     _quota.stop_at = time.monotonic() + highlight_s
     return _clean(_PARSERS[user, text.count("[") <= LINK_OPENERS_MAX].render(text))
+
+
+_BR = "<br>\n"
+
+
+def plain(text: str) -> str:
+    """`text` as written, escaped, a paragraph per run of lines and a <br> per newline:
+    what a render that missed its budget shows. Linear in the text, whatever it holds."""
+    text = _LONE_SURROGATE.sub("\ufffd", text.replace("\x00", "\ufffd").replace("\r\n", "\n"))
+    paragraphs: list[list[str]] = [[]]
+    for line in text.split("\n"):
+        if line.strip():
+            paragraphs[-1].append(html_lib.escape(line))
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    return "".join(f"<p>{_BR.join(lines)}</p>\n" for lines in paragraphs if lines)
 
 
 def _clean(raw: str) -> str:

@@ -33,3 +33,8 @@ EARLY_REQUESTS = Counter(
     "Model requests sent before their post was stored (chat/early.py): taken by their reply, or wasted",
     ["outcome"],
 )
+RENDERS = Counter(
+    "collab_renders",
+    "Markdown renders (chat/render_pool.py): rendered, or shown plain (deadline: past the budget; failed)",
+    ["outcome"],
+)
