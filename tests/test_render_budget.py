@@ -1,6 +1,7 @@
-"""The render budget (chat/markup.py, chat/render_pool.py): no text, a member's or a
-model's, keeps its render going past the budget; a text that misses it is shown as
-written; slow renders keep no other render waiting.
+"""The render budget (chat/markup.py, chat/render_pool.py, docs/benchmarks/render-budget.md):
+no text, a member's or a model's, keeps its render going past the budget; a text that
+misses it is shown as written; slow renders keep no other render waiting; and ordinary
+text renders exactly as before.
 
 The budget is asserted by what the fallback does (the text shown plain, the worker
 killed and replaced), not by how fast ordinary text renders.
@@ -18,11 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 
 from collab.chat import markup, render_pool
 from collab.chat.markup import HIGHLIGHT_MAX_CHARS, HIGHLIGHT_MAX_LINE, LINK_OPENERS_MAX, render_now
+from collab.chat.render_bench import KNOWN, documents, render_before
 from collab.chat.render_pool import SHORT_CHARS
 from tests.test_fuzz import check_rendered
+from tests.test_fuzz import markdown as fuzzed_markdown
 
 FAKE_WORKER = (sys.executable, str(Path(__file__).with_name("render_fake_worker.py")))
 # Past the budget, the time a loaded machine may take to hand the fallback back: generous,
@@ -95,7 +100,37 @@ def test_past_so_many_brackets_links_are_plain_text() -> None:
     assert "<a href" not in past and "[a](https://example.com/)" in past and "[r]: https://example.com/r" in past
 
 
+@given(fuzzed_markdown, st.sampled_from(["", "python", "js", "json", "bash", "sql", "html", "diff", "nosuchlang"]))
+@example("look:\n```python\nx = 1\n```\nafter\n[a](/b) ![c](/d.png) ![e](https://x.example/e.png)", "ts")
+def test_ordinary_text_renders_as_before(source: str, lang: str) -> None:
+    """The caps change nothing below them: a text, and it in a fence, render as before."""
+    text = f"{source}\n\n```{lang}\n{source}\n```\n"
+    assume(text.count("[") <= LINK_OPENERS_MAX)
+    for user in (False, True):
+        assert render_now(text, user=user) == render_before(text, user=user)
+
+
 # --- the budget, through the worker processes --------------------------------------------
+
+
+@given(documents())
+@example(KNOWN[0][1])
+@example(KNOWN[4][1])
+@example(KNOWN[6][1])
+@example("```python\n" + " \n" * 25_000 + "```")  # a model's reply may be longer than a post
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+def test_any_text_is_shown_within_the_budget(text: str) -> None:
+    """Any text, pathological bodies in any lexer's fence among them: shown, safe, and
+    within the budget; if the budget ran out, as written (the fallback's result)."""
+    pool = render_pool.pool()
+    missed = pool.outcomes["deadline"]
+    start = time.monotonic()
+    html = markup.render_markdown(text)
+    took = time.monotonic() - start
+    check_rendered(html)
+    if pool.outcomes["deadline"] > missed:
+        assert html == markup.plain(text)
+    assert took < render_pool.budget_s() + GRACE_S
 
 
 def test_the_fallback_is_the_text_as_written_escaped() -> None:
