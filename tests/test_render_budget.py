@@ -189,12 +189,26 @@ def test_a_renderers_error_is_shown_plain_and_the_worker_kept(pools: Callable[[i
     assert pid_of(pool.submit("ok", True, in_a_minute()).result(60)) == first
 
 
+def running(futures: list[Any]) -> int:
+    return sum(future.running() for future in futures)
+
+
 def test_long_renders_cannot_keep_a_short_one_waiting(pools: Callable[[int], render_pool.Pool]) -> None:
-    """Seven tabs' renders that never end hold the long lane; a short post is rendered
-    meanwhile by the worker kept for short texts. Closing the pool shows them plain."""
+    """Seven tabs' renders that never end take every worker they may, which is one of
+    two: a short post is rendered meanwhile by the other, and no long one ever gets it.
+    Closing the pool shows them as written."""
     pool = pools(2)
     slow = [pool.submit(LONG, True, in_a_minute()) for _ in range(7)]
+    give_up = time.monotonic() + 30
+    while not running(slow) and time.monotonic() < give_up:
+        time.sleep(0.005)  # until a worker has taken one
+    assert running(slow) == 1
     assert pool.submit("ordinary", True, in_a_minute()).result(60).startswith("<p>ordinary")
+    # As conftest's assert_silent: for a while, no second long render starts.
+    quiet = time.monotonic() + 0.5
+    while time.monotonic() < quiet:
+        assert running(slow) == 1
+        time.sleep(0.01)
     assert not any(future.done() for future in slow)
     pool.close()
     assert [future.result(10) for future in slow] == [None] * 7
@@ -208,6 +222,7 @@ async def test_a_flood_of_slow_renders_keeps_no_other_waiting(
     settings.COLLAB = {**settings.COLLAB, "RENDER_BUDGET_S": 5.0}
     monkeypatch.setattr(render_pool, "_pool", pools(2))
     slow = [asyncio.ensure_future(markup.arender_user_markdown(LONG)) for _ in range(7)]
+    await asyncio.sleep(0)  # each task asks for its render (before its first wait)
     ordinary = await markup.arender_user_markdown("an ordinary post")
     assert ordinary.startswith("<p>an ordinary post")
     assert not any(task.done() for task in slow)
