@@ -5,13 +5,15 @@ that text costs before and after the budget (docs/benchmarks/render-budget.md).
 
 1. "before": hypothesis searches texts of at most --before-chars (so that none runs for
    hours in this process) for the slowest under the renderer as it was (any Pygments
-   lexer, no caps, no budget: render_before), targeting the time;
-2. "after": the same search, texts of up to 8,000 characters (a post's cap), for the
-   slowest under markup.render_now (the caps, no deadline: what a worker spends);
-3. a table of the known cases, the worst of each search, and the worst "before" pattern
-   stretched to 8,000 characters: each timed before (in a child process, stopped at
-   --timeout), after in process, and through markup.render_markdown (the worker pool and
-   its deadline: the time a member waits, and whether it rendered or fell back to plain).
+   lexer, no caps, no budget: render_before), the known cases (KNOWN, made that long)
+   first, then steering by CPU time;
+2. "after": the same search, texts of up to 8,000 characters (a post's cap), the known
+   cases first, for the slowest under markup.render_now (the caps, no deadline: what a
+   worker spends);
+3. a table of the known cases, the worst of each search, and the worst "before" text
+   made 8,000 long: each timed before (in a child process, stopped at --timeout), after
+   in process, and through markup.render_user_markdown (the worker pool and its
+   deadline: the time a member waits, and whether it rendered or fell back to plain).
 
 Needs the dev extra (hypothesis). tests/test_render_budget.py uses the strategies below.
 """
@@ -30,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, Phase, given, seed, settings, target
+from hypothesis import HealthCheck, Phase, example, given, seed, settings, target
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from pygments import highlight
@@ -246,18 +248,14 @@ class Found:
     worst: str = ""
 
 
-def search(render: Callable[[str], object], strategy: st.SearchStrategy[str], seconds: float, at: int) -> Found:
-    """The slowest text hypothesis finds for `render` in `seconds`, steering toward the
-    slowest (hypothesis.target); explicit examples first: the known cases that fit."""
+def search(
+    render: Callable[[str], object], strategy: st.SearchStrategy[str], seconds: float, at: int, seeds: list[str]
+) -> Found:
+    """The slowest text hypothesis finds for `render` in `seconds`, the `seeds` first,
+    steering toward the slowest (hypothesis.target: this thread's CPU time)."""
     found = Found()
     stop = time.monotonic() + seconds
 
-    @seed(at)
-    @settings(
-        max_examples=10**9, deadline=None, database=None, phases=[Phase.explicit, Phase.generate, Phase.target],
-        suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
-    @given(strategy)
     def one(text: str) -> None:
         if time.monotonic() > stop:
             raise _TimeUp
@@ -267,22 +265,38 @@ def search(render: Callable[[str], object], strategy: st.SearchStrategy[str], se
         if elapsed > found.worst_s:
             found.worst_s, found.worst = elapsed, text
 
+    test = given(strategy)(one)
+    for text in seeds:
+        test = example(text)(test)
+    test = settings(
+        max_examples=10**9, deadline=None, database=None, phases=[Phase.explicit, Phase.generate, Phase.target],
+        suppress_health_check=list(HealthCheck),
+    )(test)  # fmt: skip
     try:
-        one()
+        seed(at)(test)()
     except* _TimeUp:  # hypothesis may report it from more than one place: a group
         pass
     return found
 
 
-def stretch(text: str, chars: int = POST_CHARS) -> str:
-    """`text`'s repeated part repeated up to `chars` (its fence kept): a pattern the
-    small search found, at a post's size."""
-    head, sep, rest = text.partition("\n") if text.startswith("```") else ("", "", text)
-    body, tail = (rest[: -len("\n```")], "\n```") if rest.endswith("\n```") else (rest, "")
-    room = chars - len(head + sep + tail)
-    if not body:
-        return text
-    return head + sep + (body * (room // len(body) + 1))[:room] + tail
+def resize(text: str, chars: int) -> str:
+    """`text` made about `chars` long by repeating its middle's period more or fewer
+    times: a pathological run keeps its shape, its fence and its ends (the spaces before
+    systemd's `x`). A text with no short period in its middle is returned as it is."""
+    mid = len(text) // 2
+    for period in range(1, 13):
+        start, end = mid, mid + period
+        if end > len(text):
+            break
+        while start > 0 and text[start - 1] == text[start - 1 + period]:
+            start -= 1
+        while end < len(text) and text[end] == text[end - period]:
+            end += 1
+        if end - start >= 4 * period:  # a run, not a coincidence
+            run = max(period, end - start + chars - len(text))
+            unit = text[start : start + period]
+            return text[:start] + unit * (run // period) + unit[: run % period] + text[end:]
+    return text
 
 
 def describe(text: str, shown: int = 60) -> str:
@@ -321,12 +335,14 @@ def main(argv: list[str] | None = None) -> None:
     cases = list(KNOWN)
     _warm_lexers()
     if args.before_seconds > 0:
-        found = search(render_before, documents(args.before_chars), args.before_seconds, args.seed)
+        seeds = [resize(text, args.before_chars) for _, text in KNOWN]
+        found = search(render_before, documents(args.before_chars), args.before_seconds, args.seed, seeds)
         print(f"before: {found.examples:,} texts in {args.before_seconds:g} s, slowest {found.worst_s:.3f} s of CPU:")
         print(f"    {describe(found.worst)}")
-        cases += [("before search's slowest", found.worst), ("  stretched to 8,000", stretch(found.worst))]
+        cases += [("before search's slowest", found.worst), ("  made 8,000 long", resize(found.worst, POST_CHARS))]
     if args.seconds > 0:
-        found = search(lambda t: markup.render_now(t, user=True), documents(), args.seconds, args.seed)
+        render = functools.partial(markup.render_now, user=True)
+        found = search(render, documents(), args.seconds, args.seed, [text for _, text in KNOWN])
         print(f"after: {found.examples:,} texts in {args.seconds:g} s, slowest {found.worst_s:.3f} s of CPU:")
         print(f"    {describe(found.worst)}")
         cases.append(("after search's slowest", found.worst))
