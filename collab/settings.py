@@ -296,6 +296,10 @@ COLLAB: dict[str, Any] = {
     # reply, far below what the pub/sub layer can send (docs/benchmarks/2026-12-02.md#b-channel-layers).
     "COALESCE_MS": env_float("COLLAB_COALESCE_MS", 30.0),
     "MAX_MESSAGE_CHARS": env_int("COLLAB_MAX_MESSAGE_CHARS", 8000),
+    # Markdown is rendered by this many worker processes, each killed at the budget (from
+    # the ask, queueing included): a text that misses it is shown as written (chat/markup.py).
+    "RENDER_BUDGET_S": env_float("COLLAB_RENDER_BUDGET_S", 2.0),
+    "RENDER_WORKERS": env_int("COLLAB_RENDER_WORKERS", 2),
     # A frame from a browser is a form: text plus htmx headers; 4x the text cap is ample.
     "MAX_FRAME_BYTES": env_int("COLLAB_MAX_FRAME_BYTES", 64_000),
     "HISTORY_MESSAGES": 50,  # shown on open and per "older" page

@@ -36,3 +36,8 @@ EARLY_REQUESTS = Counter(
 FINALS_REPAIRED = Counter(
     "collab_finals_repaired", "Final frames sent again to sockets that never got them (collab/chat/repair.py)"
 )
+RENDERS = Counter(
+    "collab_renders",
+    "Markdown renders (chat/render_pool.py): rendered, or shown plain (deadline: past the budget; failed)",
+    ["outcome"],
+)

@@ -11,7 +11,6 @@ tombstone (context.py skips empty texts).
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.db import transaction
 from django.utils import timezone
@@ -20,7 +19,7 @@ from collab.chat import broadcast, frames, rendering
 from collab.chat.commands.registry import MESSAGE, Access, Ctx, command
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
-from collab.chat.markup import render_user_markdown
+from collab.chat.markup import arender_user_markdown
 from collab.chat.models import Message
 from collab.chat.replies.posting import check_text
 from collab.chat.services.rooms import take_post_token
@@ -79,7 +78,7 @@ def _frame(message: Message) -> RoomFrame:
 @command("edit", params={"text": check_text}, message=MESSAGE, open_room=True, rate=take_post_token)
 async def edit(ctx: Ctx, text: str) -> None:
     """The same rules and rate as a post."""
-    html = await sync_to_async(render_user_markdown, thread_sensitive=False)(text)
+    html = await arender_user_markdown(text)
     message = await ctx.store(_store_edit, text, html)
     if message is not None:
         await broadcast.to_room(ctx.room_id, await database_sync_to_async(_frame)(message))

@@ -3,12 +3,11 @@ it was stopped with nobody running it) with the text it had streamed."""
 
 from __future__ import annotations
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from collab.chat import broadcast, shared
-from collab.chat.markup import render_markdown
+from collab.chat.markup import arender_markdown, render_markdown
 from collab.chat.models import Message
 from collab.chat.replies.sink import send_final
 
@@ -46,7 +45,7 @@ async def interrupt(reply_id: int, *, status: str = Message.Status.INTERRUPTED, 
     await broadcast.to_processes({"type": "reply.stop", "message_id": reply_id, "reason": "interrupted"})
     view = (await state.read([reply_id])).get(reply_id)
     text = view.text if view is not None else None
-    html = await sync_to_async(render_markdown, thread_sensitive=False)(text) if text else ""
+    html = await arender_markdown(text) if text else ""
     if status == Message.Status.INTERRUPTED and not error:
         error = "interrupted: the server running this reply stopped"
     reasoning = view.thinking if view is not None else None

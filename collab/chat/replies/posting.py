@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -21,7 +20,7 @@ from django.utils import timezone
 from collab.chat import metrics
 from collab.chat.context import row_of
 from collab.chat.errors import ClientError
-from collab.chat.markup import render_user_markdown
+from collab.chat.markup import arender_user_markdown, render_user_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.prepared import Prepared
 from collab.chat.replies import agents, each, early
@@ -302,7 +301,7 @@ async def post_message(
     try:
         # Markdown and Pygments are CPU work: off the event loop, and off the one database
         # thread that every post and reply end queue on.
-        html = await sync_to_async(render_user_markdown, thread_sensitive=False)(text)
+        html = await arender_user_markdown(text)
         stored = await database_sync_to_async(store_post)(user_id, room_id, text, client_id, html, member)
     except BaseException:  # not stored (refused, the database away, cancelled): no request goes on
         early.adopt(guesses, [])

@@ -15,14 +15,13 @@ import copy
 import logging
 from decimal import Decimal
 
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.db import models
 from django.utils import timezone
 
 from collab.chat import broadcast, frames, rendering, shared
 from collab.chat.generation import Outcome, ReplyJob
-from collab.chat.markup import render_markdown
+from collab.chat.markup import arender_markdown
 from collab.chat.models import Message
 from collab.chat.prepared import Prepared, PreparedUpdate
 from collab.chat.replies import early
@@ -177,7 +176,7 @@ class RoomSink:
         try:
             if self._checkpoint is not None:
                 await asyncio.shield(self._checkpoint)  # the final text is stored after it, never under it
-            html = await sync_to_async(render_markdown, thread_sensitive=False)(outcome.text) if outcome.text else ""
+            html = await arender_markdown(outcome.text) if outcome.text else ""
             message = await database_sync_to_async(_store_outcome)(self.job, outcome, html, self.placeholder)
             await self.announced.wait()
             if message is not None:
