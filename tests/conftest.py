@@ -26,6 +26,7 @@ from collab.chat.generation import registry
 from collab.chat.lifecycle import runtime
 from collab.chat.models import Assistant, Membership, Provider, Room
 from collab.chat.replies import early
+from collab.chat.services import budgets
 from collab.llm.client import aclose_clients
 from collab.loadtest.frames import Frames
 from collab.simulator.testing import running_simulator_app
@@ -112,6 +113,7 @@ def _one_process_per_test() -> Iterator[None]:
     runtime.stale = False  # a layer another test took away is not this test's (and early.py trusts again)
     shared.reset_memory()
     early.forget_all()  # no room known from another test (their ids are reused)
+    budgets.forget_default(known_none=True)  # no staff default, as this test's fresh database has
     yield
     shared.reset_memory()
 

@@ -31,7 +31,18 @@ from django.shortcuts import resolve_url
 from django.test import Client, RequestFactory
 from django.urls import URLPattern, URLResolver, resolve
 
-from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Provider, Room, Tool, Vote
+from collab.chat.models import (
+    Assistant,
+    AuditEntry,
+    Ban,
+    Membership,
+    Message,
+    Provider,
+    Room,
+    RoomDefaults,
+    Tool,
+    Vote,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -155,6 +166,7 @@ def world() -> World:
         AuditEntry: entry,
         Vote: Vote.objects.create(message=reply, voter=quentin, voter_name="quentin", value=Vote.Value.UP),
         Tool: Tool.objects.create(name="pineapple_lookup", description="d", url="http://127.0.0.1:9/", enabled=True),
+        RoomDefaults: RoomDefaults.objects.create(pk=1, budget_tokens=5),
         AccessAttempt: AccessAttempt.objects.create(
             **access, path_info="/accounts/login/", get_data="", post_data="", failures_since_start=1
         ),

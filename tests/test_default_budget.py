@@ -101,3 +101,47 @@ def test_the_default_comes_from_the_environment_and_bad_values_are_said(env: dic
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert says in out.stdout + out.stderr
+
+
+@memory
+async def test_staff_set_the_default_in_the_admin_and_it_applies_at_once(
+    world: World, sim: tuple[str, Any], settings: Any
+) -> None:
+    """The admin's Room defaults: staff set the monthly budget of rooms without one (it
+    overrides the environment's), the change is audited, and a room spends it and then
+    calls no model. A member gets nothing of the admin."""
+    from django.contrib.auth.models import User
+
+    from collab.chat.models import AuditEntry, RoomDefaults
+
+    settings.COLLAB_DEFAULT_ROOM_BUDGET_TOKENS = 1_000_000  # the environment's: overridden
+
+    def staff_sets(tokens: str) -> tuple[int, int]:
+        staff = User.objects.create_superuser("root", password="pw-root-123")
+        client = Client()
+        client.force_login(staff)
+        listed = client.get("/admin/chat/roomdefaults/")  # one row, made on the first visit
+        saved = client.post("/admin/chat/roomdefaults/1/change/", {"budget_tokens": tokens, "budget_cost": ""})
+        return listed.status_code, saved.status_code
+
+    def member_tries() -> int:
+        client = Client()
+        client.force_login(world.alice)
+        return client.post("/admin/chat/roomdefaults/1/change/", {"budget_tokens": "", "budget_cost": ""}).status_code
+
+    assert await database_sync_to_async(staff_sets)("50") == (200, 302)
+    assert (await RoomDefaults.objects.aget(pk=1)).budget_tokens == 50
+    assert await database_sync_to_async(member_tries)() == 302  # to the admin's login: nothing changed
+    assert (await RoomDefaults.objects.aget(pk=1)).budget_tokens == 50
+    assert await AuditEntry.objects.filter(action="room_defaults.change", actor_name="root").acount() == 1
+    room = await Room.objects.aget(pk=world.room.pk)
+    budget = await database_sync_to_async(budgets.usage)(room)
+    assert (budget.tokens, budget.default) == (50, True)
+    async with member(world.alice) as alice:
+        await alice.post("@a spend it")
+        await alice.until(lambda f: all_final(f, 1))
+        calls = completions(sim)
+        await alice.post("@a and now?")
+        await alice.until(lambda f: bool(f.errors))
+        assert alice.frames.errors[0][0] == "room.budget"
+    assert completions(sim) == calls

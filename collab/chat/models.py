@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -345,6 +346,29 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.room.slug}#{self.seq} {self.author_name}"
+
+
+class RoomDefaults(models.Model):
+    """What every room without a setting of its own gets, set by staff in the admin: one row
+    (pk 1). A monthly budget here overrides COLLAB_DEFAULT_ROOM_BUDGET_* (services/budgets.py)."""
+
+    budget_tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens a month (prompt and reply) for each room without a budget of its own."
+    )
+    budget_cost = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal(0))],
+        help_text="US dollars a month for each room without a budget of its own.",
+    )
+
+    class Meta:
+        verbose_name = verbose_name_plural = "room defaults"
+
+    def __str__(self) -> str:
+        return "Room defaults"
 
 
 class Vote(models.Model):

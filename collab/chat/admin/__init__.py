@@ -4,12 +4,13 @@
 - rooms.py: rooms (status, members online, replies streaming, cost; lock, archive, close,
   stop all, export), memberships and roles, bans, messages;
 - tools.py: agents' HTTP tools (audited like providers);
+- defaults.py: the room defaults (the monthly budget of rooms without one), audited;
 - audit.py: the audit log, read-only;
 - votes.py: votes on replies, read-only, filterable by room;
 - live.py: the live page (sockets, who is online, replies streaming now, on every process);
 - usage.py: tokens and cost per day, as a chart, a table and CSV.
 """
 
-from collab.chat.admin import audit, providers, rooms, tools, votes
+from collab.chat.admin import audit, defaults, providers, rooms, tools, votes
 
-__all__ = ["audit", "providers", "rooms", "tools", "votes"]
+__all__ = ["audit", "defaults", "providers", "rooms", "tools", "votes"]

@@ -16,7 +16,10 @@ again after each reply ends (`announce`), and when staff change the budget.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -31,7 +34,7 @@ from django.utils import timezone
 from collab.chat import broadcast, frames
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
-from collab.chat.models import Message, Room
+from collab.chat.models import Message, Room, RoomDefaults
 from collab.chat.services import moderation
 
 log = logging.getLogger(__name__)
@@ -81,12 +84,50 @@ class Budget:
         )
 
 
+# The staff's default (the admin's "Room defaults"), read at most this often per process:
+# a change applies everywhere within it, with no query per post.
+DEFAULTS_TTL_S = 5.0
+_defaults: tuple[float, int | None, Decimal | None] = (-math.inf, None, None)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def deployment_default() -> tuple[int | None, Decimal | None]:
+    """The default monthly limits of a room without its own: the staff's (the admin's Room
+    defaults), else the environment's (COLLAB_DEFAULT_ROOM_BUDGET_*). Read again once
+    DEFAULTS_TTL_S old, never from the event loop's thread (there, the last read is used)."""
+    global _defaults
+    now = time.monotonic()
+    if now >= _defaults[0] and not _in_event_loop():
+        row = RoomDefaults.objects.filter(pk=1).values_list("budget_tokens", "budget_cost").first()
+        tokens, cost = row if row is not None else (None, None)
+        _defaults = (now + DEFAULTS_TTL_S, tokens, cost)
+    _, tokens, cost = _defaults
+    if tokens is None and cost is None:
+        return settings.COLLAB_DEFAULT_ROOM_BUDGET_TOKENS, settings.COLLAB_DEFAULT_ROOM_BUDGET_COST
+    return tokens, cost
+
+
+def forget_default(known_none: bool = False) -> None:
+    """Read the staff's default again at the next check (this process: the admin's save);
+    `known_none`: there is none, as a fresh database has (tests start so, as a process
+    does once it has read it)."""
+    global _defaults
+    _defaults = (time.monotonic() + DEFAULTS_TTL_S, None, None) if known_none else (-math.inf, None, None)
+
+
 def limits(room: Room) -> tuple[int | None, Decimal | None, bool]:
     """The room's monthly limits in tokens and cost, and whether they are the deployment's
     default (the room has none of its own)."""
     if room.budget_tokens is not None or room.budget_cost is not None:
         return room.budget_tokens, room.budget_cost, False
-    tokens, cost = settings.COLLAB_DEFAULT_ROOM_BUDGET_TOKENS, settings.COLLAB_DEFAULT_ROOM_BUDGET_COST
+    tokens, cost = deployment_default()
     return tokens, cost, tokens is not None or cost is not None
 
 
