@@ -17,6 +17,7 @@ from collab.chat import broadcast, frames, shared, votebar
 from collab.chat.commands.registry import Access, Ctx, Ref, command
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room, Vote
+from collab.chat.services.rooms import take_token
 from collab.chat.services.votes import verdict_of
 
 VALUES = ("up", "down", "none")
@@ -33,14 +34,7 @@ def value(given: object) -> str:
 
 async def take_vote_token(user_id: int, room_id: int) -> None:
     """The cap first: a flood costs a shared-state call per frame, never a database query."""
-    try:
-        taken = await shared.backend().take(f"vote:{user_id}:{room_id}", VOTE_BURST, VOTE_EVERY_S)
-    except shared.UNAVAILABLE:
-        raise ClientError(
-            "server.unavailable", "The server cannot reach its shared state just now; your vote was not counted."
-        ) from None
-    if not taken:
-        raise ClientError("rate.limited", "You are voting too fast; wait a moment.")
+    await take_token(f"vote:{user_id}:{room_id}", VOTE_BURST, VOTE_EVERY_S, "your vote was not counted.", "voting")
 
 
 def _store(access: Access, value: str, online: set[int]) -> Message:

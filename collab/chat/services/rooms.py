@@ -82,17 +82,23 @@ def check_open(room: Room) -> None:
         raise ClientError("room.archived", "This room is archived: it is read-only.")
 
 
-async def take_post_token(user_id: int, room_id: int) -> None:
-    """The posting rate, per member and room, shared by every server process."""
-    burst = float(settings.COLLAB["POST_BURST"])
+async def take_token(bucket: str, burst: float, refill_s: float, nothing_done: str, too_fast: str) -> None:
+    """One token of a rate bucket in the shared state, shared by every server process; the
+    errors say what was not done (`server.unavailable`) and what was too fast (`rate.limited`)."""
     try:
-        taken = await shared.backend().take(f"post:{user_id}:{room_id}", burst, settings.COLLAB["POST_REFILL_S"])
+        taken = await shared.backend().take(bucket, burst, refill_s)
     except shared.UNAVAILABLE:
         raise ClientError(
-            "server.unavailable", "The server cannot reach its shared state just now; nothing was sent. Try again."
+            "server.unavailable", f"The server cannot reach its shared state just now; {nothing_done}"
         ) from None
     if not taken:
-        raise ClientError("rate.limited", "You are sending messages too fast; wait a moment.")
+        raise ClientError("rate.limited", f"You are {too_fast} too fast; wait a moment.")
+
+
+async def take_post_token(user_id: int, room_id: int) -> None:
+    """The posting rate, per member and room."""
+    burst, refill = float(settings.COLLAB["POST_BURST"]), settings.COLLAB["POST_REFILL_S"]
+    await take_token(f"post:{user_id}:{room_id}", burst, refill, "nothing was sent. Try again.", "sending messages")
 
 
 # --- presence (every process: shared.backend()) ---------------------------------------------
