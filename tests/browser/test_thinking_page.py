@@ -19,7 +19,8 @@ from collab.chat.models import Assistant, Room
 room = Room.objects.get(slug="lab")
 provider = room.assistants.get(handle="a").provider
 room.assistants.add(Assistant.objects.create(
-    handle="thinker", display_name="THINKER", provider=provider, model="sim+slow+think@150", max_tokens=180))
+    handle="thinker", display_name="THINKER", provider=provider, model="sim+slow+think@150", max_tokens=180,
+    available_to="everyone"))
 """
 ARTICLE = "article[data-author=THINKER]"
 
