@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -260,6 +261,8 @@ async def test_seven_tabs_of_slow_renders_keep_no_other_post_waiting(
         frames = await bob.until(lambda f: sum(r.role == "user" for r in f.replies.values()) == 8, timeout=30)
     shown = [r for r in frames.replies.values() if r.role == "user"]  # in the order they came
     assert [r.author for r in shown] == ["bob"] + ["alice"] * 7
-    stored = await asyncio.to_thread(lambda: list(Message.objects.order_by("seq").values_list("author_name", "html")))
+    stored = await database_sync_to_async(
+        lambda: list(Message.objects.order_by("seq").values_list("author_name", "html"))
+    )()
     assert stored[0][0] == "bob" and stored[0][1].startswith("<p>an ordinary post pid=")
     assert stored[1:] == [("alice", markup.plain(LONG))] * 7
