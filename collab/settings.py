@@ -116,12 +116,19 @@ TEMPLATES = [
 # --- Database -------------------------------------------------------------------
 _sqlite_path = env("COLLAB_SQLITE_PATH", str(BASE_DIR / "db.sqlite3"))
 if env("DATABASE_URL"):
-    DATABASES: dict[str, dict[str, Any]] = {
-        # Persistent connections: database_sync_to_async closes "old" ones around every
-        # call, and at CONN_MAX_AGE=0 that is every call, a connection opened each time
-        # (docs/benchmarks/2026-12-02.md#b-first-profile).
-        "default": dict(dj_database_url.parse(env("DATABASE_URL"), conn_max_age=600, conn_health_checks=True))
-    }
+    # A pool, not persistent connections: database_sync_to_async closes its connection
+    # after every call (docs/benchmarks/2026-12-02.md#b-first-profile), and under ASGI each
+    # HTTP request runs in a thread of its own, whose persistent connection would stay open
+    # until garbage-collected. Closing returns a pooled one (docs/architecture.md#a-database).
+    _db: dict[str, Any] = dict(dj_database_url.parse(env("DATABASE_URL")))
+    if _db["ENGINE"] == "django.db.backends.postgresql":
+        _db["CONN_MAX_AGE"] = 0
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 2,
+            "max_size": int(env("COLLAB_DB_POOL_SIZE", "20")),
+            "timeout": 10,
+        }
+    DATABASES: dict[str, dict[str, Any]] = {"default": _db}
 else:
     DATABASES = {
         "default": {
