@@ -11,6 +11,10 @@ LOCAL_STAMP := $(VENV)/.local-$(shell cksum pyproject.toml | cut -d' ' -f1)
 MODEL ?= local
 # PostgreSQL for the second pass of `make test` (the data layer on both databases).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+# Test processes (pytest-xdist): most tests wait on sockets and servers, so more
+# processes than cores (README "Tests" has the times measured).
+TEST_WORKERS ?= 4
+PYTEST := $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: install install-local run test test-sqlite test-postgres lint clean
 
@@ -51,15 +55,17 @@ test: install-local
 	$(MAKE) --no-print-directory test-postgres
 
 test-sqlite: install-local
-	$(BIN)/pytest
+	$(PYTEST)
 
-# The database tests, and Daphne end to end (tests/test_e2e.py, on a throwaway database
-# of that server). Not repeated here: the e2e tests on Redis (several Daphne processes
-# already run on PostgreSQL in the first pass, tests/cluster.py; `serve` runs its own
-# SQLite), the load test and the local model.
+# The tests that use the database (the `database` mark, tests/conftest.py) and Daphne end
+# to end (on a throwaway database of that server), on the in-memory layer. Not repeated
+# here: the Redis layers' runs of the same tests and the e2e tests on Redis (several
+# Daphne processes already run on PostgreSQL in the first pass, tests/cluster.py), the
+# tests that use no database, the browser, the load test and the local model.
 test-postgres: install
 	@if $(BIN)/python -m collab.dbcheck "$(TEST_DATABASE_URL)"; then \
-		DATABASE_URL="$(TEST_DATABASE_URL)" $(BIN)/pytest -m "not loadtest and not localmodel and not (e2e and redis) and not browser" ; \
+		DATABASE_URL="$(TEST_DATABASE_URL)" $(PYTEST) \
+			-m "(database or e2e) and not redis and not loadtest and not localmodel and not browser" ; \
 	elif [ -n "$$CI" ]; then echo "PostgreSQL is required in CI: $(TEST_DATABASE_URL) does not answer" && exit 1; \
 	else echo "skipping the PostgreSQL pass: $(TEST_DATABASE_URL) does not answer"; fi
 

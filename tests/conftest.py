@@ -48,6 +48,37 @@ def require_redis() -> str:
     return REDIS_URL
 
 
+# --- running the suite on several processes (pytest-xdist; Makefile: TEST_WORKERS) ------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Two marks the Makefile's passes select on, set before xdist groups the tests.
+
+    `database`: the test reads or writes the test database (the PostgreSQL pass runs these).
+    `xdist_group`: a test using a fixture shared by its module (a Daphne cluster, a
+    browser) runs in the same worker process as the rest of its module, so that fixture
+    starts once (`--dist loadgroup`)."""
+    for item in items:
+        if "_django_db_helper" in getattr(item, "fixturenames", ()) or item.get_closest_marker("django_db"):
+            item.add_marker(pytest.mark.database)
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d and d[-1].scope == "module" for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashes() -> Iterator[None]:
+    """MD5 for the passwords this process hashes (Django's advice for tests): the default
+    PBKDF2 takes 0.2 s a password here, and every `world` makes three. The servers a test
+    starts keep the real hasher; their users are made by their own `manage.py`."""
+    from django.test.utils import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_database_thread_connections(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """Connections persist (CONN_MAX_AGE), also in the one thread that runs every
