@@ -144,8 +144,10 @@ def test_the_fallback_is_the_text_as_written_escaped() -> None:
 
 
 @pytest.fixture
-def pools() -> Iterator[Callable[[int], render_pool.Pool]]:
-    """Pools of the fake worker (tests/render_fake_worker.py), closed after the test."""
+def pools(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int], render_pool.Pool]]:
+    """Pools of the fake worker (tests/render_fake_worker.py), closed after the test.
+    Every text goes to the pool meanwhile, short ones too (no text renders quickly)."""
+    monkeypatch.setattr(markup, "QUICK_MAX_CHARS", -1)
     made: list[render_pool.Pool] = []
 
     def make(workers: int) -> render_pool.Pool:
@@ -266,3 +268,34 @@ async def test_seven_tabs_of_slow_renders_keep_no_other_post_waiting(
     )()
     assert stored[0][0] == "bob" and stored[0][1].startswith("<p>an ordinary post pid=")
     assert stored[1:] == [("alice", markup.plain(LONG))] * 7
+
+
+@pytest.mark.parametrize(
+    ("text", "quick"),
+    [
+        ("what is 2+2? **bold**, `code`, a [link](https://example.com)", True),
+        ("x" * markup.QUICK_MAX_CHARS, True),
+        ("x" * (markup.QUICK_MAX_CHARS + 1), False),
+        ("```python\nprint(1)\n```", False),  # a fence: a lexer would run
+        ("~~~\ncode\n~~~", False),
+        ("[" * (markup.QUICK_MAX_OPENERS + 1), False),
+    ],
+)
+async def test_only_short_texts_without_a_fence_render_in_this_process(
+    pools: Callable[[int], render_pool.Pool], monkeypatch: pytest.MonkeyPatch, text: str, quick: bool
+) -> None:
+    """A quick text never reaches the pool (whose fake worker would answer with its pid);
+    the others all do, through both APIs and both kinds."""
+    monkeypatch.undo()  # the fixture's "nothing is quick"
+    monkeypatch.setattr(render_pool, "_pool", pools(1))
+    assert markup.renders_quickly(text) is quick
+    got = [
+        markup.render_markdown(text),
+        markup.render_user_markdown(text),
+        await markup.arender_markdown(text),
+        await markup.arender_user_markdown(text),
+    ]
+    if quick:
+        assert got == [render_now(text, user=False), render_now(text, user=True)] * 2
+    else:
+        assert all(" pid=" in html for html in got), got

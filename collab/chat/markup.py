@@ -16,7 +16,8 @@ on each `[` that no `]` closes. So, from the inside out (docs/benchmarks/render-
 - a text with more than LINK_OPENERS_MAX `[` is parsed without links and images;
 - the public functions render in a worker process (render_pool.py) that is killed at the
   render budget (settings.COLLAB["RENDER_BUDGET_S"]), and a text that misses it is shown
-  as written, escaped (plain()): stored and shown, never lost, never late.
+  as written, escaped (plain()): stored and shown, never lost, never late. Only a short
+  text with no fence and few `[` (renders_quickly) is rendered in the caller's process.
 
 render_now() is the renderer itself, in this process: the worker's, the benchmark's.
 """
@@ -210,16 +211,39 @@ _ATTRIBUTES = {
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# A text this short, with no fence and few `[`, is rendered here rather than by a worker:
+# no lexer runs, and markdown-it's cost is bounded by its length and its `[` (at most
+# ~5 ms for the worst shape measured, typically under 1 ms), less than a worker's round
+# trip costs the two processes (docs/benchmarks/2026-12-05.md#b-quiet-before-after).
+QUICK_MAX_CHARS = 500
+QUICK_MAX_OPENERS = 8
+
+
+def renders_quickly(text: str) -> bool:
+    """Whether `text` is rendered in this process: short, no fence (``` or ~~~, where a
+    lexer would run) and at most QUICK_MAX_OPENERS `[`."""
+    return (
+        len(text) <= QUICK_MAX_CHARS
+        and "```" not in text
+        and "~~~" not in text
+        and text.count("[") <= QUICK_MAX_OPENERS
+    )
+
+
 def render_markdown(text: str) -> str:
     """Sanitised HTML for `text` (an assistant's reply), within the render budget.
     Safe to mark safe in a template. Blocks its thread up to the budget: from the event
     loop, await arender_markdown instead."""
+    if renders_quickly(text):
+        return render_now(text, user=False)
     html = render_pool.render(text, user=False)
     return plain(text) if html is None else html
 
 
 def render_user_markdown(text: str) -> str:
     """Sanitised HTML for a person's message: Markdown whose line breaks are kept."""
+    if renders_quickly(text):
+        return render_now(text, user=True)
     html = render_pool.render(text, user=True)
     return plain(text) if html is None else html
 
@@ -227,12 +251,16 @@ def render_user_markdown(text: str) -> str:
 async def arender_markdown(text: str) -> str:
     """render_markdown for the event loop: holds no thread of the loop's executor while
     the worker renders, so slow renders cannot keep other work waiting for one."""
+    if renders_quickly(text):
+        return render_now(text, user=False)
     html = await render_pool.arender(text, user=False)
     return plain(text) if html is None else html
 
 
 async def arender_user_markdown(text: str) -> str:
     """render_user_markdown for the event loop (see arender_markdown)."""
+    if renders_quickly(text):
+        return render_now(text, user=True)
     html = await render_pool.arender(text, user=True)
     return plain(text) if html is None else html
 
