@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from collab.chat import broadcast, fanout, metrics, replies, shared
+from collab.chat import broadcast, fanout, metrics, render_pool, replies, shared
 from collab.chat.events import PROCESSES_GROUP
 from collab.chat.generation import registry
 from collab.chat.models import Message
@@ -363,6 +363,9 @@ def start_with_server() -> None:
 
     # "When running" fires just before the asyncio loop runs: start one turn later, inside it.
     reactor.callWhenRunning(lambda: reactor.callLater(0, runtime.ensure_started))  # type: ignore[attr-defined,arg-type]
+    # The render workers too: each imports its lexers (~0.6 s of CPU) once, at start, not
+    # while the first posts wait for their HTML (docs/benchmarks/2026-12-05.md#b-quiet-before-after).
+    reactor.callWhenRunning(render_pool.pool)  # type: ignore[attr-defined]
     reactor.callWhenRunning(freeze_startup_heap)  # type: ignore[attr-defined]
 
 
