@@ -17,7 +17,8 @@ on each `[` that no `]` closes. So, from the inside out (docs/benchmarks/render-
 - the public functions render in a worker process (render_pool.py) that is killed at the
   render budget (settings.COLLAB["RENDER_BUDGET_S"]), and a text that misses it is shown
   as written, escaped (plain()): stored and shown, never lost, never late. Only a short
-  text with no fence and few `[` (renders_quickly) is rendered in the caller's process.
+  text with no fence and few `[` (renders_quickly) is rendered in the caller's process,
+  except a person's post from the event loop (arender_user_markdown).
 
 render_now() is the renderer itself, in this process: the worker's, the benchmark's.
 """
@@ -258,9 +259,10 @@ async def arender_markdown(text: str) -> str:
 
 
 async def arender_user_markdown(text: str) -> str:
-    """render_user_markdown for the event loop (see arender_markdown)."""
-    if renders_quickly(text):
-        return render_now(text, user=True)
+    """render_user_markdown for the event loop (see arender_markdown). Always in a
+    worker, short posts too: while it renders, the post's early model requests go out
+    before the database thread takes the GIL to store the post (rendered here, the added
+    first token doubled: docs/benchmarks/2026-12-05.md#b-quiet-before-after)."""
     html = await render_pool.arender(text, user=True)
     return plain(text) if html is None else html
 
