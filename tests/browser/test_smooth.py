@@ -46,14 +46,21 @@ MEASURE = """(replies) => {
     requestAnimationFrame(frame);
   };
   requestAnimationFrame(frame);
-  new MutationObserver((records, observer) => {
+  // An article's end lands replaced whole (a child of #messages) or as its status
+  // attribute: one observer for each, neither woken by the streaming text itself.
+  const observers = [];
+  const check = () => {
     const mine = [...document.querySelectorAll('article[data-role=assistant]')].filter(a => Number(a.dataset.seq) > seq);
     if (m.first === null && mine.length) m.first = performance.now();
-    if (mine.filter(a => a.dataset.status !== 'streaming').length >= replies) {
+    if (m.end === null && mine.filter(a => a.dataset.status !== 'streaming').length >= replies) {
       m.end = performance.now();
-      observer.disconnect();
+      observers.forEach(o => o.disconnect());
     }
-  }).observe(document.getElementById('messages'), {childList: true});
+  };
+  const messages = document.getElementById('messages');
+  observers.push(new MutationObserver(check), new MutationObserver(check));
+  observers[0].observe(messages, {childList: true});
+  observers[1].observe(messages, {subtree: true, attributeFilter: ['data-status']});
 }"""
 
 
