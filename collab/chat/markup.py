@@ -235,17 +235,18 @@ def render_markdown(text: str) -> str:
     """Sanitised HTML for `text` (an assistant's reply), within the render budget.
     Safe to mark safe in a template. Blocks its thread up to the budget: from the event
     loop, await arender_markdown instead."""
-    if renders_quickly(text):
-        return render_now(text, user=False)
-    html = render_pool.render(text, user=False)
-    return plain(text) if html is None else html
+    return _render(text, user=False)
 
 
 def render_user_markdown(text: str) -> str:
     """Sanitised HTML for a person's message: Markdown whose line breaks are kept."""
+    return _render(text, user=True)
+
+
+def _render(text: str, *, user: bool) -> str:
     if renders_quickly(text):
-        return render_now(text, user=True)
-    html = render_pool.render(text, user=True)
+        return render_now(text, user=user)
+    html = render_pool.render(text, user=user)
     return plain(text) if html is None else html
 
 
