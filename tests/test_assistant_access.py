@@ -19,6 +19,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from collab.chat.errors import ClientError
 from collab.chat.models import Assistant, AuditEntry, Membership, Message, Room, Tool
 from collab.chat.services import rooms
 from tests.conftest import Member, World, all_final, member
@@ -138,6 +139,17 @@ def test_a_forged_form_is_refused_and_audited_with_nothing_changed(world: World)
 
 
 @memory
+def test_the_room_service_refuses_what_the_room_may_not_use_whatever_the_form_let_through(world: World) -> None:
+    """The second layer: rooms.update_room checks again, inside its transaction, so a form
+    that let an id through (or any other caller) changes nothing."""
+    internal = internal_agent(world)
+    before = set(world.room.assistants.values_list("pk", flat=True))
+    with pytest.raises(ClientError) as refused_:
+        rooms.update_room(world.room, topic="t", reply_to_all=False, assistant_ids=[*before, internal.pk])
+    assert refused_.value.code == "assistant.unavailable"
+    assert set(Room.objects.get(pk=world.room.pk).assistants.values_list("pk", flat=True)) == before
+
+
 def test_an_attachment_that_is_no_longer_available_is_kept_but_inert(world: World) -> None:
     internal = internal_agent(world)
     internal.granted_rooms.add(world.room)

@@ -56,6 +56,14 @@ def test_a_lexer_that_can_be_cubic_highlights_nothing(lang: str) -> None:
     assert markup.render_user_markdown(text) == shown
 
 
+@pytest.mark.parametrize("lang", ["systemd", "zeek", "mcfunction", "easytrieve"])
+def test_a_short_block_of_a_lexer_off_the_allow_list_is_plain_where_an_allowed_one_highlights(lang: str) -> None:
+    """The allow-list alone, apart from the size caps (a one-line block far under them)."""
+    for user in (False, True):
+        assert "<span" not in render_now(f"```{lang}\n[Unit]\nDescription=x\n```", user=user)
+        assert "<span" in render_now("```python\nimport os\nx = 1\n```", user=user)
+
+
 @pytest.mark.parametrize("name", sorted(markup.LEXERS))
 def test_each_name_of_the_allow_list_has_its_lexer(name: str) -> None:
     lexer = markup._lexer(markup.LEXERS[name])
