@@ -312,3 +312,26 @@ def test_the_room_page_links_search_and_export(room: Room, people: dict[str, Use
         'action="/r/lab/search"' in body and 'href="/r/lab/export.md"' in body and 'href="/r/lab/export.json"' in body
     )
     assert '.room .msg[data-author="bob"] .act.edit' in body  # Edit and Delete show on bob's own messages only
+
+
+@pytest.mark.parametrize("fmt", ["json", "md"])
+def test_exports_say_whose_a_shared_reply_was_and_what_a_merge_drew_from(
+    room: Room, people: dict[str, User], assistant: Assistant, fmt: str
+) -> None:
+    question = put(room, people["alice"], "/each @a how do we ship?")
+    shared = put(room, None, "ship the docs", assistant=assistant, made_for="bob", lens="be brief", reply_to=question)
+    other = put(room, None, "ship on Friday", assistant=assistant, reply_to=question)
+    merge = put(
+        room, None, "both", assistant=assistant, merge_of=[shared.pk, other.pk], merge_seqs=[shared.seq, other.seq]
+    )
+    _, body, _ = exported(people["alice"], f"/r/lab/export.{fmt}")
+    if fmt == "json":
+        lines = {x["seq"]: x for x in json.loads(body)["messages"]}
+        assert (lines[shared.seq]["made_for"], lines[shared.seq]["lens"]) == ("bob", "be brief")
+        assert lines[shared.seq]["recipient"] is None and lines[other.seq]["made_for"] is None
+        assert lines[merge.seq]["merged_from"] == [shared.seq, other.seq] and lines[other.seq]["merged_from"] is None
+        return
+    text = body.decode()
+    heads = {line.split(" ")[1]: line for line in text.splitlines() if line.startswith("### #")}
+    assert heads[f"#{shared.seq}"].endswith("· for bob, shared") and "> lens: be brief" in text
+    assert f"> merged from #{shared.seq}, #{other.seq}" in text

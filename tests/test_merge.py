@@ -126,6 +126,10 @@ async def test_a_merge_streams_to_every_member_with_what_it_drew_from(world: Wor
     )()
     sources = f"{asked.apples},{asked.bananas}"
     assert stored.merge_of == [asked.apples, asked.bananas]
+    seqs = await database_sync_to_async(
+        lambda: list(Message.objects.filter(pk__in=stored.merge_of).order_by("seq").values_list("seq", flat=True))
+    )()
+    assert stored.merge_seqs == seqs  # the numbers the page and exports show (ids differ once rooms share a table)
     assert stored.reply_to_id == asked.question and stored.seq == world.room.last_seq + 1
     assert stored.status == "done" and stored.text
     assert stored.assistant is not None and stored.assistant.handle == "a"  # the room's default
@@ -136,15 +140,15 @@ async def test_a_merge_streams_to_every_member_with_what_it_drew_from(world: Wor
         assert new["data-reply-to"] == str(asked.question)
         assert final["data-status"] == "done"
         shown = "".join(f for f in m.raw if f'id="msg-{stored.pk}"' in f)
-        assert f'href="#msg-{asked.apples}"' in shown and f'href="#msg-{asked.bananas}"' in shown
+        assert f'href="#msg-{asked.apples}">#{seqs[0]}</a>' in shown and f'href="#msg-{asked.bananas}">#{seqs[1]}</a>' in shown
         assert "merged from" in shown
         assert m.frames.errors == []
-    # The model's request: each approved answer, labelled with its assistant and id; never the rejected one.
+    # The model's request: each approved answer, labelled with its assistant and seq; never the rejected one.
     (request,) = sim[1].recorded[before:]
     sent = "\n".join(str(turn["content"]) for turn in request["messages"])
     last = str(request["messages"][-1]["content"])
     assert "APPLES" in last and "BANANAS" in last and "Which fruit for the party?" in sent
-    assert f"[#{asked.apples}]" in last and "@a" in last and f"[#{asked.bananas}]" in last and "@b" in last
+    assert f"[#{seqs[0]}]" in last and "@a" in last and f"[#{seqs[1]}]" in last and "@b" in last
     assert "CHERRIES" not in sent
 
 

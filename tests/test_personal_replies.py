@@ -180,9 +180,13 @@ async def test_each_gives_three_members_private_replies_and_a_fourth_sees_none_u
         assert reply_ids(erin_tab.frames) == []
         for m in stored.values():
             assert all(f"msg-{m.id}" not in raw and m.text[:40] not in raw for raw in erin_tab.raw)
-        # the asker is told how many replies started (every tab of theirs), nobody else
+        # the asker is told how many replies started and for whom (every tab of theirs), in
+        # the thread under the question, nobody else
+        question = await Message.objects.aget(room=world.room, role="user", text__contains=tag)
         for tab in (alice1, alice2):
-            assert any('data-code="each.started" data-count="3"' in raw for raw in tab.raw)
+            (told,) = [raw for raw in tab.raw if "each.started" in raw]
+            assert f'hx-swap-oob="afterend:#msg-{question.id}"' in told and 'data-count="3"' in told
+            assert "for alice, bob, dave" in told and "none is for you" not in told
         assert not any("each.started" in raw for raw in bob.raw + erin_tab.raw)
         # the model was asked once per lens, each request holding that lens alone
         for name, lens in lenses.items():
@@ -204,6 +208,10 @@ async def test_each_gives_three_members_private_replies_and_a_fourth_sees_none_u
         for m in (stored["bob"], stored["dave"]):
             assert all(f"msg-{m.id}" not in raw for raw in erin_tab.raw)
         assert (await Message.objects.aget(pk=shared.id)).recipient_id is None
+        # whose it was, and its lens, stay with it: "for alice · shared", the lens on hover
+        shown = next(r for r in reversed(erin_tab.raw) if f'id="msg-{shared.id}"' in r)
+        assert "for alice &middot; shared" in shown or "for alice · shared" in shown
+        assert f'title="Lens: {lenses["alice"]}"' in shown
 
     # a (re)connect's snapshot: the shared one, and only one's own personal reply
     async with tabs(erin, world.bob) as (erin_again, bob_again):
@@ -271,6 +279,11 @@ async def test_each_without_a_mention_uses_the_rooms_default_assistant(world: Wo
     await settle()
     (reply,) = await apersonal("bob")
     assert reply.assistant_id == world.assistants["b"].id
+    assert reply.made_for == "bob" and reply.lens == "in Spanish"  # its provenance, kept once shared
+    # alice has no lens: the notice says so, as a notice (not an error)
+    (told,) = [r for r in alice.raw if "each.started" in r]
+    assert 'class="notice thread-notice"' in told and "for bob:" in told and "none is for you" in told
+    assert 'class="error"' not in told
     assert await Message.objects.filter(role="assistant").acount() == 1
 
 

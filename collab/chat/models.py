@@ -315,8 +315,14 @@ class Message(models.Model):
     # and who voted what, when (kept with the counts, so pages render them without a query).
     verdict = models.CharField(max_length=8, blank=True)
     votes_by = models.JSONField(default=list, blank=True)
-    # A merge (docs/wire.md, "merge"): the ids of the approved replies it combines, in order.
+    # A merge (docs/wire.md, "merge"): the ids of the approved replies it combines, in order,
+    # and their seqs: the numbers the page, the exports and the merge's own citations show.
     merge_of = models.JSONField(default=list, blank=True)
+    merge_seqs = models.JSONField(default=list, blank=True)
+    # A personal reply (/each): whom it was made for, and the lens it followed; both kept
+    # once it is shared, so the room sees "for bob · shared" (docs/wire.md, "share").
+    made_for = models.CharField(max_length=150, blank=True)
+    lens = models.CharField(max_length=500, blank=True)
     # On the room's pinned list (commands/pins.py): since when, and who pinned it (the name
     # kept as written, like author_name). None: not pinned.
     pinned_at = models.DateTimeField(null=True, blank=True)
@@ -346,6 +352,13 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.room.slug}#{self.seq} {self.author_name}"
+
+    @property
+    def merge_sources(self) -> list[tuple[int, int]]:
+        """A merge's sources as (id, seq) pairs; a merge stored before seqs were kept
+        shows its ids."""
+        seqs = self.merge_seqs if len(self.merge_seqs) == len(self.merge_of) else self.merge_of
+        return list(zip(self.merge_of, seqs, strict=True))
 
 
 class RoomDefaults(models.Model):

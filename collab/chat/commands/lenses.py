@@ -40,7 +40,7 @@ def _store_share(access: Access, message: Message) -> None:
     done = Message.objects.filter(pk=message.pk, recipient_id=user_id).exclude(status=Message.Status.STREAMING)
     if not done.update(recipient=None):  # shared meanwhile (another tab of theirs)
         raise ClientError("share.not_personal", "This reply is already shared with the room.")
-    message.recipient = None
+    message.recipient = None  # made_for and lens stay: the room sees whose it was, and its lens
 
 
 @command("share", message=REPLY, open_room=True)

@@ -41,7 +41,7 @@ def store_regenerate(old: Message) -> tuple[Message, list[ReplyJob]]:
             raise ClientError("reply.streaming", "Stop this reply before asking again.")
         room, assistant, question = answerable_again(old)
         seq = allocate_seqs(room.pk, 1, open_only=True)
-        placeholders = create_placeholders(room, question, [assistant], seq, old.recipient)
+        placeholders = create_placeholders(room, question, [assistant], seq, old.recipient, old.lens)
         jobs = reply_jobs(room, placeholders, question)
         if old.merge_of:  # a merge asked again: merged again, from the same answers
             merging.redo(placeholders[0], jobs[0], old.merge_of)

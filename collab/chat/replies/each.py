@@ -30,7 +30,7 @@ from collab.chat.services import availability
 log = logging.getLogger(__name__)
 
 PREFIX = "/each "
-_notice = get_template("chat/_frame_notice.html")
+_notice = get_template("chat/_each_notice.html")
 
 
 @dataclass
@@ -94,7 +94,7 @@ def create(
     placeholders: list[Message] = []
     for member in each.members:
         seq = first_seq + len(placeholders)
-        placeholders += create_placeholders(room, question, assistants, seq, member.user)
+        placeholders += create_placeholders(room, question, assistants, seq, member.user, member.lens)
     return placeholders
 
 
@@ -112,15 +112,28 @@ def new_frames(question: Message, placeholders: list[Message]) -> list[RoomFrame
     return out
 
 
+def started_text(asker: str, names: list[str], n: int) -> str:
+    """What the asker reads under their question: how many replies, for whom, and why none
+    is theirs when they have no lens."""
+    text = (
+        f"/each started {n} personal repl{'y' if n == 1 else 'ies'}, for {', '.join(names)}: "
+        "each follows its member's lens and shows only to them until they share it."
+    )
+    if asker not in names:
+        text += " You have no lens here, so none is for you: set yours under “Your lens”."
+    return text
+
+
 async def tell_started(question: Message, placeholders: list[Message]) -> None:
-    """The asker (every tab of theirs in the room) is told how many replies started."""
+    """The asker (every tab of theirs in the room) is told, in the thread under their
+    question, how many replies started and for whom (docs/wire.md, "/each")."""
     personal = [p for p in placeholders if p.recipient_id is not None]
     if not personal or question.author_id is None:
         return
     names = sorted({p.recipient.get_username() for p in personal if p.recipient is not None})
     n = len(personal)
-    text = f"/each: started {n} personal repl{'y' if n == 1 else 'ies'}, for {', '.join(names)}."
-    html = _notice.render({"code": "each.started", "count": n, "text": text}).strip()
+    text = started_text(question.author_name, names, n)
+    html = _notice.render({"count": n, "text": text, "question": question.id}).strip()
     try:
         await broadcast.to_room(question.room_id, frames.other(html, to=question.author_id))
     except Exception:  # the layer is away: the replies run and show; only the notice is lost

@@ -81,9 +81,15 @@ def reply_jobs(
 
 
 def create_placeholders(
-    room: Room, answered: Message, assistants: list[Assistant], first_seq: int, recipient: User | None = None
+    room: Room,
+    answered: Message,
+    assistants: list[Assistant],
+    first_seq: int,
+    recipient: User | None = None,
+    lens: str = "",
 ) -> list[Message]:
-    """A streaming placeholder per assistant; with `recipient`, personal replies (`/each`)."""
+    """A streaming placeholder per assistant; with `recipient`, personal replies (`/each`),
+    made with `lens` (both kept once shared: the reply's provenance)."""
     if assistants:  # every invocation passes here: none once the room's budget is spent (room.budget),
         budgets.check(room)  # none of an assistant the room may not use (assistant.unavailable)
         availability.check(room, assistants)
@@ -98,6 +104,8 @@ def create_placeholders(
             status=Message.Status.STREAMING,
             model=a.model_name,
             recipient=recipient,
+            made_for=recipient.get_username() if recipient is not None else "",
+            lens=lens if recipient is not None else "",
             agent_steps=0 if a.is_agent else None,  # an agent's run (chat/agent.py)
         )
         for i, a in enumerate(assistants)

@@ -8,7 +8,7 @@
                  (votes.approved_replies), the budget; then a placeholder reply to the
                  question at the next seq, with merge_of = the answers' ids, and its job:
                  the room's history up to the question, then one turn holding each approved
-                 answer labelled with its assistant and id, and the instruction to combine
+                 answer labelled with its assistant and seq, and the instruction to combine
                  them and cite the ones it drew from; then
     start        the reply starts and is announced as any reply (jobs.start_and_announce)
 
@@ -70,11 +70,11 @@ def merge_turn(answers: list[Message], budget_chars: int) -> str:
     """The request's last turn: the instruction, then each answer under its label (an
     answer longer than its share of the budget is cut, its end marked)."""
     share = max(1000, budget_chars // (2 * max(1, len(answers))))
-    parts = [MERGE_PROMPT.format(first=answers[0].id)]
+    parts = [MERGE_PROMPT.format(first=answers[0].seq)]
     for answer in answers:
         handle = answer.assistant.handle if answer.assistant is not None else "unknown"
         text = answer.text if len(answer.text) <= share else answer.text[:share] + " [… cut]"
-        parts.append(f"--- [#{answer.id}] the answer of @{handle} ({answer.author_name}) ---\n{text}")
+        parts.append(f"--- [#{answer.seq}] the answer of @{handle} ({answer.author_name}) ---\n{text}")
     return "\n\n".join(parts)
 
 
@@ -103,9 +103,9 @@ def redo(reply: Message, job: ReplyJob, sources: list[int]) -> None:
     )
     if len(answers) < 2:
         raise ClientError("merge.not_enough", "Fewer than two of the answers this merge drew from are left.")
-    if reply.merge_of != [a.id for a in answers]:
-        reply.merge_of = [a.id for a in answers]
-        reply.save(update_fields=["merge_of"])
+    if reply.merge_of != [a.id for a in answers] or reply.merge_seqs != [a.seq for a in answers]:
+        reply.merge_of, reply.merge_seqs = [a.id for a in answers], [a.seq for a in answers]
+        reply.save(update_fields=["merge_of", "merge_seqs"])
     assert reply.assistant is not None
     merge_job(job, answers, reply.assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"])
 
@@ -125,8 +125,8 @@ def store_merge(room: Room, question: Message, handle: object) -> tuple[Message,
         budgets.check(room)  # a spent monthly budget: nothing stored, no provider call (room.budget)
         seq = allocate_seqs(room.pk, 1, open_only=True)
         (reply,) = create_placeholders(room, question, [assistant], seq)
-        reply.merge_of = [a.id for a in answers]
-        reply.save(update_fields=["merge_of"])
+        reply.merge_of, reply.merge_seqs = [a.id for a in answers], [a.seq for a in answers]
+        reply.save(update_fields=["merge_of", "merge_seqs"])
         (job,) = reply_jobs(room, [reply], question)
         merge_job(job, answers, assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"])
         return reply, job

@@ -52,6 +52,9 @@ FIELDS = (
     "pinned_at",  # on the room's pinned list (commands/pins.py): since when, and by whom
     "pinned_by_name",
     "recipient__username",  # a personal reply not shared yet: whose it is (None: the room's)
+    "made_for",  # a personal reply, shared or not: whom it was made for, and with which lens
+    "lens",
+    "merge_seqs",  # a merge: the seqs of the answers it combines
 )
 
 
@@ -81,6 +84,9 @@ def record_of(row: dict[str, Any]) -> dict[str, object]:
         "votes": _votes(row),
         "pinned": {"by": row["pinned_by_name"], "at": _iso(row["pinned_at"])} if row["pinned_at"] else None,
         "recipient": row["recipient__username"],
+        "made_for": row["made_for"] or None,
+        "lens": row["lens"] or None,
+        "merged_from": row["merge_seqs"] or None,
     }
 
 
@@ -114,10 +120,17 @@ def markdown_message(record: dict[str, object]) -> str:
     head = f"### #{record['seq']} {who} · {record['role']}, {status} · {record['time']}"
     if record.get("recipient"):  # a personal reply: the room never saw it
         head += f" · for {record['recipient']} only"
+    elif record.get("made_for"):  # a personal reply its recipient shared with the room
+        head += f" · for {record['made_for']}, shared"
     body = str(record["text"]) or "_(no text)_"
     if record.get("reasoning"):  # the thinking, folded, before the answer
         body = f"<details><summary>Thinking</summary>\n\n{record['reasoning']}\n\n</details>\n\n{body}"
     tail = f"\n\n> error: {record['error']}" if record["error"] else ""
+    if record.get("lens"):
+        tail += f"\n\n> lens: {record['lens']}"
+    merged = record.get("merged_from")
+    if isinstance(merged, list):  # the same numbers as the headings above
+        tail += "\n\n> merged from " + ", ".join(f"#{seq}" for seq in merged)
     if record.get("finish_reason") == "length":
         tail += "\n\n> cut off at the token limit"
     votes = record.get("votes")
