@@ -7,9 +7,13 @@
 //   is cleared only once the server has the message (its article arrives with our
 //   client_id), a length counter near the limit, nothing sent over it.
 // - Streaming replies (formatted by stream.js): updated at most once per animation frame.
-// - Following the end unless the reader scrolled up ("new messages" button); errors that
-//   can be dismissed and fade; copy buttons on code blocks; the member list's button;
-//   a live region that says when a reply starts and ends; reconnecting after a drop.
+// - Following the end unless the reader scrolled up ("new messages" button, in a row of its
+//   own); sending always brings the reader back to the end; errors that can be dismissed
+//   and fade; copy buttons on code blocks; the member list's, the lens's and a message's
+//   actions' buttons; a live region that says when a reply starts and ends; reconnecting
+//   after a drop.
+// - The room's state: a locked or archived room, or a member removed, shows its banner and
+//   every control that would be refused is disabled, live as the state changes.
 (function () {
   "use strict";
   var doc = document;
@@ -62,7 +66,7 @@
     p.appendChild(text);
     var close = fromTemplate("dismiss-template");
     if (close) p.appendChild(close);
-    if (TERMINAL[p.getAttribute("data-code")]) return; // why the page stopped: it stays
+    if (TERMINAL[p.getAttribute("data-code")]) { leave(text.textContent); return; } // why the page stopped: it stays
     var fade = function () {
       if (p.contains(doc.activeElement)) setTimeout(fade, 2000); // not while its button has the focus
       else dropError(p);
@@ -100,6 +104,7 @@
     var mine = doc.querySelector('#messages article[data-client-id="' + pending.id + '"]');
     if (!mine) return;
     if (f.text.value.trim() === pending.text) f.text.value = "";
+    follow();
     f.client_id.value = uuid4();
     pending = null;
     updateCounter();
@@ -119,6 +124,7 @@
       params.client_id = f.client_id.value;
     }
     pending = { id: String(params.client_id).toLowerCase(), text: text };
+    follow(); // whatever the reader was reading, their message and its replies are what they want next
   });
 
   // A button that asks first (Delete): nothing is sent unless the reader agrees.
@@ -267,20 +273,33 @@
     accepted();
   }
 
-  // Following the end of the list, unless the reader scrolled up.
+  // Following the end of the list, unless the reader scrolled up. While they read above,
+  // the browser's scroll anchoring keeps what they read in place when a reply above grows;
+  // while following, it is off, so that the end stays in view.
   var following = true, lastTop = 0;
   function nearBottom(el) { return el.scrollHeight - el.scrollTop - el.clientHeight < 40; }
+  function setFollowing(on) {
+    following = on;
+    var list = byId("messages");
+    if (list) list.style.overflowAnchor = on ? "none" : "auto";
+  }
   function toBottom(list) {
+    var pill = byId("new-below");
+    if (pill) pill.hidden = true; // first: the list takes its row back before it is scrolled
     list.scrollTop = list.scrollHeight;
     lastTop = list.scrollTop;
-    following = true;
-    var pill = byId("new-below");
-    if (pill) pill.hidden = true;
+    setFollowing(true);
+  }
+  function follow() {
+    var list = byId("messages");
+    if (list) toBottom(list);
+    schedule(); // and again once the new articles are in
   }
   doc.addEventListener("scroll", function (e) {
     var list = byId("messages");
     if (e.target !== list) return;
-    if (list.scrollTop < lastTop - 2) following = false; // the reader went up
+    // The reader went up (not the browser clamping a list that grew taller at its end).
+    if (list.scrollTop < lastTop - 2 && !nearBottom(list)) setFollowing(false);
     else if (nearBottom(list)) toBottom(list);
     lastTop = list.scrollTop;
   }, true);
@@ -310,6 +329,7 @@
     var text = e.detail && e.detail.message;
     if (typeof text !== "string" || text.indexOf("<article") !== -1 || text.indexOf('id="messages"') !== -1) dirty.structure = true;
     if (typeof text === "string" && text.indexOf("<article") !== -1) typing.done(text);
+    if (typeof text !== "string" || text.indexOf('id="room-status"') !== -1 || text.indexOf("<article") !== -1) applyState();
     dirty.text = true;
     schedule();
   });
@@ -345,6 +365,8 @@
     else { button.textContent = "Press Ctrl+C"; announce("The code is selected: press Control C to copy it."); }
   }
   doc.addEventListener("click", function (e) {
+    var skip = e.target.closest && e.target.closest("a.skip"), f = form();
+    if (skip && f) { e.preventDefault(); f.text.focus(); return; }
     var t = e.target.closest && e.target.closest("button");
     if (!t) return;
     if (t.classList.contains("copy")) {
@@ -362,8 +384,43 @@
     } else if (t.id === "new-below") {
       var list = byId("messages");
       if (list) toBottom(list);
+    } else if (t.id === "lens-toggle") {
+      var shown = t.closest(".room").classList.toggle("show-lens");
+      t.setAttribute("aria-expanded", shown ? "true" : "false");
+      if (shown) { var box = byId("lens-box"); if (box) box.focus(); }
+    } else if (t.classList.contains("more")) {
+      var article = t.closest("article"), opened = article.classList.toggle("tools-open");
+      t.setAttribute("aria-expanded", opened ? "true" : "false");
     }
   });
+
+  // --- the room's state: what this member may still do here ------------------------------------------
+  var gone = false;
+  var STATES = { locked: 1, archived: 1 };
+  function disable(root, off) {
+    if (!root) return;
+    root.querySelectorAll("textarea, input:not([type=hidden]), button").forEach(function (el) { el.disabled = off; });
+  }
+  function applyState() {
+    var room = doc.querySelector(".room"), banner = byId("room-status");
+    if (!room || !banner) return;
+    var closed = !gone && !!STATES[banner.getAttribute("data-status")];
+    if (closed) room.setAttribute("data-closed", banner.getAttribute("data-status"));
+    else room.removeAttribute("data-closed");
+    disable(form(), closed || gone);
+    if (gone) {
+      disable(byId("lens"), true);
+      disable(byId("messages"), true);
+    }
+  }
+  function leave(text) {
+    // Removed, banned, or the session ended: nothing this page sends would be taken.
+    gone = true;
+    var room = doc.querySelector(".room"), banner = byId("room-status");
+    if (room) room.setAttribute("data-gone", "1");
+    if (banner) { banner.setAttribute("data-status", "gone"); banner.textContent = text; }
+    applyState();
+  }
 
   // --- the socket -----------------------------------------------------------------------------------
   if (window.htmx) {
@@ -389,8 +446,7 @@
       if (again) setTimeout(function () { again.reconnect(); }, 500 + Math.random() * 1500);
     } else if (code === 4403) {
       setConn("no access to this room", "bad");
-      var f = form();
-      if (f) f.querySelectorAll("textarea,button").forEach(function (el) { el.disabled = true; });
+      if (!gone) leave("You no longer have access to this room: you can read what is here, but nothing you do is sent.");
     } else {
       setConn("reconnecting…", "warn"); // the extension reconnects by itself (1006, 1011, 1012, 1013)
     }
@@ -405,6 +461,7 @@
     scan();
     streaming.forEach(renderLive);
     toBottom(list);
+    applyState();
     setInterval(tick, 1000);
   });
 })();
