@@ -52,6 +52,10 @@ FIELDS = (
     "pinned_at",  # on the room's pinned list (commands/pins.py): since when, and by whom
     "pinned_by_name",
     "recipient__username",  # a personal reply not shared yet: whose it is (None: the room's)
+    "version",  # a reply's versions (regenerate: docs/architecture.md#a-versions), every one kept
+    "versions",
+    "slot_seq",
+    "version_hidden",
 )
 
 
@@ -81,6 +85,21 @@ def record_of(row: dict[str, Any]) -> dict[str, object]:
         "votes": _votes(row),
         "pinned": {"by": row["pinned_by_name"], "at": _iso(row["pinned_at"])} if row["pinned_at"] else None,
         "recipient": row["recipient__username"],
+        **_version(row),
+    }
+
+
+def _version(row: dict[str, Any]) -> dict[str, object]:
+    """A reply asked again: its number, how many versions its slot has, the seq of the
+    slot's first version (None for the first itself), and whether the room shows it. Any
+    other message: no numbers, shown."""
+    if row["versions"] < 2:
+        return {"version": None, "versions": None, "version_of": None, "shown": True}
+    return {
+        "version": row["version"],
+        "versions": row["versions"],
+        "version_of": row["slot_seq"],
+        "shown": not row["version_hidden"],
     }
 
 
@@ -129,6 +148,9 @@ def markdown_message(record: dict[str, object]) -> str:
     pinned = record.get("pinned")
     if isinstance(pinned, dict):  # "> pinned by alice at 2026-12-05T19:02:03.000+00:00"
         tail += f"\n\n> pinned by {pinned['by']} at {pinned['at']}"
+    if record.get("versions"):  # "> version 1 of 2 (shown)", "> version 2 of 2, asked again from #5"
+        tail += f"\n\n> version {record['version']} of {record['versions']}" + (" (shown)" if record["shown"] else "")
+        tail += f", asked again from #{record['version_of']}" if record["version_of"] else ""
     return f"{head}\n\n{body}{tail}\n\n"
 
 
