@@ -45,13 +45,17 @@ async def test_an_account_change_closes_its_sockets_on_every_process(cluster: Cl
         a, b1, b2 = await opened(a_ws, b1_ws, b2_ws)
         watches = [asyncio.create_task(closed_with(tab, "session.ended")) for tab in (b1, b2)]
         code = f"from django.contrib.auth.models import User; u = User.objects.get(username='bob'); {CHANGES[change]}"
-        print("SHELL", await asyncio.to_thread(cluster.manage, "shell", "-c", code + "; print(\"saved\", u.is_active)"))
+        print("SHELL", await asyncio.to_thread(cluster.manage, "shell", "-c", code + '; print("saved", u.is_active)'))
         for watch in watches:
             closed, _at = await watch
             assert closed == 4403
         # alice's socket is untouched: she still posts, and it is stored.
         await a.post(f"still here after bob's {change}")
-        await a.until(lambda t: any(f"still here after bob&#x27;s {change}" in r or f"still here after bob's {change}" in r for r in t.raw))
+        await a.until(
+            lambda t: any(
+                f"still here after bob&#x27;s {change}" in r or f"still here after bob's {change}" in r for r in t.raw
+            )
+        )
     # bob's session no longer opens a socket: closed at once, 4403.
     async with bob.open(p2) as again_ws:
         with pytest.raises(ConnectionClosed) as refused:

@@ -28,6 +28,7 @@ SAMPLES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "post": lambda q, r: {"text": "hello"},
     "stop": lambda q, r: {"message_id": r},
     "regenerate": lambda q, r: {"message_id": r},
+    "show_version": lambda q, r: {"message_id": r, "version": 1},
     "continue": lambda q, r: {"message_id": r},
     "merge": lambda q, r: {"message_id": q},
     "vote": lambda q, r: {"message_id": r, "value": "up"},

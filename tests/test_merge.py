@@ -140,7 +140,10 @@ async def test_a_merge_streams_to_every_member_with_what_it_drew_from(world: Wor
         assert new["data-reply-to"] == str(asked.question)
         assert final["data-status"] == "done"
         shown = "".join(f for f in m.raw if f'id="msg-{stored.pk}"' in f)
-        assert f'href="#msg-{asked.apples}">#{seqs[0]}</a>' in shown and f'href="#msg-{asked.bananas}">#{seqs[1]}</a>' in shown
+        assert (
+            f'href="#msg-{asked.apples}">#{seqs[0]}</a>' in shown
+            and f'href="#msg-{asked.bananas}">#{seqs[1]}</a>' in shown
+        )
         assert "merged from" in shown
         assert m.frames.errors == []
     # The model's request: each approved answer, labelled with its assistant and seq; never the rejected one.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connections, models
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -80,13 +80,14 @@ def test_the_history_read_gives_the_rows_values_list_gives(world: World) -> None
         room=room, seq=1001, role=Message.Role.USER, author=world.bob, author_name="bob", text="?"
     )
     queryset: QuerySet[Message, Any] = (
-        Message.objects.filter(room=room, seq__lte=answered.seq)
+        Message.objects.filter(Q(seq__lte=answered.seq) | Q(slot_seq__lte=answered.seq), room=room)
+        .filter(version_hidden=False)
         .shared()
         .order_by("-seq")
         .values_list(*HISTORY_COLUMNS)[:HISTORY_MESSAGES]
     )
     expected = [tuple(row) for row in queryset]
-    got = _HISTORY.values(room.id, answered.seq)
+    got = _HISTORY.values(room.id, answered.seq, answered.seq)
     assert got == expected and len(got) == HISTORY_MESSAGES
     rows = read_history(room, answered)
     assert rows[-1].text == "?" and "mine" not in [r.text for r in rows]

@@ -26,6 +26,7 @@ class HistoryRow(NamedTuple):
     votes_up: int
     votes_down: int
     merge_of: list[int]
+    slot_seq: int | None = None  # a later version of a reply: its slot's place (models.Message)
 
 
 HISTORY_COLUMNS = HistoryRow._fields

@@ -330,6 +330,14 @@ class Message(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     pinned_by_name = models.CharField(max_length=150, blank=True)
+    # Versions of one reply (docs/wire.md, "regenerate a reply"): a later version points
+    # to its slot's first reply and keeps the slot's place (`slot_seq`: that reply's seq). Each
+    # holds its number, the slot's count and whether it is hidden: one version of a slot is shown.
+    version_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    slot_seq = models.PositiveBigIntegerField(null=True, blank=True)
+    version = models.PositiveSmallIntegerField(default=1)
+    versions = models.PositiveSmallIntegerField(default=1)
+    version_hidden = models.BooleanField(default=False)
 
     objects = MessageQuerySet.as_manager()
 

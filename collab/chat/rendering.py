@@ -319,7 +319,9 @@ def fit(
         if used + extra > room:
             break
         chosen[i], used, first = full, used + extra, min(first, i)
-    return Page([chosen[i] for i in range(first, n)], list(messages[first:]), has_older or first > 0)
+    # Shown in the room's order: a later version of a reply in its slot's place (slot_seq).
+    order = sorted(range(first, n), key=lambda i: (messages[i].slot_seq or messages[i].seq, messages[i].seq))
+    return Page([chosen[i] for i in order], list(messages[first:]), has_older or first > 0)
 
 
 def frame_snapshot(

@@ -225,7 +225,9 @@
   var statuses = new Map(), scanned = false;
   function name(article) { return article.getAttribute("data-author") || "An assistant"; }
   // A shared personal reply arrives appended (docs/wire.md, "share"): its recipient's own
-  // copy is replaced where it stands, and every page puts it at its seq among the others.
+  // copy is replaced where it stands, and every page puts it at its seq among the others
+  // (a reply's later version at its slot's, data-slot-seq: docs/wire.md, "show a version").
+  function seqOf(a) { return Number(a.getAttribute("data-slot-seq") || a.getAttribute("data-seq")); }
   function placeBySeq(list) {
     var seen = {};
     list.querySelectorAll(":scope > article[data-seq]").forEach(function (a) {
@@ -235,10 +237,10 @@
     });
     var last = -1;
     list.querySelectorAll(":scope > article[data-seq]").forEach(function (a) {
-      var seq = Number(a.getAttribute("data-seq"));
+      var seq = seqOf(a);
       if (seq >= last) { last = seq; return; }
       var after = Array.prototype.find.call(list.querySelectorAll(":scope > article[data-seq]"), function (b) {
-        return Number(b.getAttribute("data-seq")) > seq;
+        return seqOf(b) > seq;
       });
       if (after && after !== a) list.insertBefore(a, after);
     });

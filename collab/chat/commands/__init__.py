@@ -8,10 +8,11 @@
     lenses.py      lens, share
     presence.py    typing
     pins.py        pin, unpin
+    versions.py    show_version
     moderation.py  kick, ban, unban, lock, unlock, stop_all
 """
 
-from collab.chat.commands import editing, lenses, moderation, pins, posting, presence, replies, votes
+from collab.chat.commands import editing, lenses, moderation, pins, posting, presence, replies, versions, votes
 from collab.chat.commands.registry import COMMANDS, Ctx, Socket, command, dispatch, parse_action
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "posting",
     "presence",
     "replies",
+    "versions",
     "votes",
 ]

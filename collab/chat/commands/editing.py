@@ -65,7 +65,8 @@ def _frame(message: Message) -> RoomFrame:
     parts = [rendering.frame_final(message)]
     used = rendering.size(parts[0])
     if message.edited_at is not None:
-        replies = message.replies.exclude(status=Message.Status.STREAMING).shared().order_by("seq")
+        replies = message.replies.exclude(status=Message.Status.STREAMING).filter(version_hidden=False).shared()
+        replies = replies.order_by("seq")  # of a reply's versions, the one the pages show
         for reply in replies.select_related("reply_to")[:MAX_REPLIES_SENT]:
             html = rendering.frame_final(reply)
             if used + rendering.size(html) > rendering.budget("SNAPSHOT_BYTES"):  # far below the 1 MiB a frame may be

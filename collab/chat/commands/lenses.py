@@ -3,7 +3,9 @@ sets their personal lens in a room, and shares a personal reply made for them.""
 
 from __future__ import annotations
 
-from collab.chat import broadcast, frames, rendering, shared
+from django.db import transaction
+
+from collab.chat import broadcast, frames, rendering, shared, slots
 from collab.chat.commands.registry import REPLY, Access, Ctx, command
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message
@@ -24,23 +26,34 @@ async def lens(ctx: Ctx, text: str) -> None:
     await broadcast.to_room(ctx.room_id, frames.other(lens_html(text, True), to=ctx.user_id))
 
 
-def _shareable(access: Access) -> Message:
-    """The reply the member asks to share, once every check passed (nothing changed yet)."""
+def _shareable(access: Access) -> tuple[Message, list[int]]:
+    """The reply the member asks to share, once every check passed (nothing changed yet),
+    and the ids of its versions (docs/architecture.md#a-versions): a reply asked again is
+    shared whole, every version, none of them streaming."""
     message = access.message
     assert message is not None
     if message.recipient_id is None:
         raise ClientError("share.not_personal", "This reply is already shared with the room.")
-    if message.status == Message.Status.STREAMING:
+    versions = [(message.pk, message.status)]
+    if message.versions > 1:
+        versions = list(slots.slot_of(slots.slot_id(message)).values_list("pk", "status"))
+    if any(status == Message.Status.STREAMING for _, status in versions):
         raise ClientError(*STREAMING)
-    return message
+    return message, [pk for pk, _ in versions]
 
 
-def _store_share(access: Access, message: Message) -> None:
+def _store_share(access: Access, message: Message, ids: list[int]) -> Message:
+    """The reply's versions the room's now; the one shown, for its article."""
     user_id = access.membership.user_id
-    done = Message.objects.filter(pk=message.pk, recipient_id=user_id).exclude(status=Message.Status.STREAMING)
-    if not done.update(recipient=None):  # shared meanwhile (another tab of theirs)
-        raise ClientError("share.not_personal", "This reply is already shared with the room.")
+    with transaction.atomic():
+        done = Message.objects.filter(pk__in=ids, recipient_id=user_id).exclude(status=Message.Status.STREAMING)
+        if done.update(recipient=None) != len(ids):  # shared meanwhile (another tab of theirs)
+            raise ClientError("share.not_personal", "This reply is already shared with the room.")
+    if message.version_hidden:  # a hidden version shared: the room sees the slot as it is shown
+        shown = slots.slot_of(slots.slot_id(message)).filter(version_hidden=False).select_related("reply_to")
+        message = shown.first() or message
     message.recipient = None  # made_for and lens stay: the room sees whose it was, and its lens
+    return message
 
 
 @command("share", message=REPLY, open_room=True)
@@ -52,8 +65,8 @@ async def share(ctx: Ctx) -> None:
     A reply whose outcome is stored but whose final article may not have been sent yet
     still holds its live record (replies/sink.py: RoomSink.finish ends it after the
     final): refused as still streaming, so that no late `final` marks it personal again."""
-    message = await ctx.store(_shareable)
-    if await shared.backend().leased([message.pk]):
+    message, ids = await ctx.store(_shareable)
+    if await shared.backend().leased(ids):
         raise ClientError(*STREAMING)
-    await ctx.store(_store_share, message)
-    await broadcast.to_room(ctx.room_id, frames.other(rendering.frame_new([message])))
+    shown = await ctx.store(_store_share, message, ids)
+    await broadcast.to_room(ctx.room_id, frames.other(rendering.frame_new([shown])))

@@ -1,12 +1,17 @@
 """Asking a reply's assistant again (regenerate, docs/wire.md "regenerate"): a new reply
 to the same question, from the same assistant, the room's history as it is now. A merge
-asked again is merged again, from the same answers (merging.redo)."""
+asked again is merged again, from the same answers (merging.redo).
+
+The new reply is a new version of the one asked again (docs/architecture.md#a-versions):
+it joins that reply's slot (`version_of` its first version), is shown in its place
+from now on, and the slot's other versions are hidden; its article replaces the slot's
+on every page (slots.in_place)."""
 
 from __future__ import annotations
 
 from django.db import transaction
 
-from collab.chat import frames, rendering
+from collab.chat import frames, slots
 from collab.chat.errors import ClientError
 from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
@@ -42,13 +47,26 @@ def store_regenerate(old: Message) -> tuple[Message, list[ReplyJob]]:
         room, assistant, question = answerable_again(old)
         seq = allocate_seqs(room.pk, 1, open_only=True)
         placeholders = create_placeholders(room, question, [assistant], seq, old.recipient, old.lens)
+        add_version(placeholders[0], old)
         jobs = reply_jobs(room, placeholders, question)
         if old.merge_of:  # a merge asked again: merged again, from the same answers
             merging.redo(placeholders[0], jobs[0], old.merge_of)
         return placeholders[0], jobs
 
 
+def add_version(new: Message, old: Message) -> None:
+    """`new` (a placeholder just made) becomes the shown version of `old`'s slot, its last
+    (inside the caller's transaction; the slot's first version locked meanwhile, as the
+    show_version command locks it)."""
+    root = Message.objects.select_for_update().only("id", "seq", "versions").get(pk=slots.slot_id(old))
+    count = root.versions + 1
+    slots.slot_of(root.pk).update(versions=count, version_hidden=True)
+    new.version_of, new.slot_seq, new.version, new.versions = root, root.seq, count, count
+    new.save(update_fields=["version_of", "slot_seq", "version", "versions"])
+
+
 async def start(reply: Message, jobs: list[ReplyJob]) -> None:
-    # A personal reply asked again: still its recipient's alone.
-    frame = frames.new(reply.id, rendering.frame_new([reply]), [reply.id], to=reply.recipient_id)
+    # It replaces the slot's article where it stands. A personal reply asked again: still
+    # its recipient's alone.
+    frame = frames.new(reply.id, slots.in_place(reply), [reply.id], to=reply.recipient_id)
     await start_and_announce(jobs, reply.room_id, frame, placeholders=[reply])

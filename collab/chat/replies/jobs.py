@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db.models import Q
 
 from collab.chat import broadcast, shared
 from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES, HistoryRow, build_context
@@ -33,21 +34,24 @@ _DIGITS = re.compile(r"[0-9]{1,18}")  # ASCII digits only: "²".isdigit() is Tru
 
 
 def read_history(room: Room, answered: Message) -> list[HistoryRow]:
-    """The room's messages up to `answered`, oldest first: only what the context needs, and
-    no more messages than a budget could hold. Shared messages only: nobody's personal
-    replies (docs/architecture.md#a-personal-replies)."""
-    return [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq)[::-1]]
+    """The room's messages up to `answered`, in the order the room shows them: only what
+    the context needs, and no more messages than a budget could hold. Shared messages
+    only: nobody's personal replies (docs/architecture.md#a-personal-replies); of a reply
+    with versions, the one shown alone, in its slot's place (docs/architecture.md#a-versions)."""
+    rows = [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq, answered.seq)[::-1]]
+    return sorted(rows, key=lambda r: (r.slot_seq or r.seq, r.seq))
 
 
-# Its SQL compiled once (prepared.py): it runs on every post that asks.
+# Its SQL compiled once (prepared.py): it runs on every post that asks. A version made
+# after `answered` whose slot is before it is in its history (the slot's shown version).
 _HISTORY = Prepared(
-    lambda room_id, seq: (
-        Message.objects.filter(room_id=room_id, seq__lte=seq)
+    lambda room_id, seq, slot_seq: (
+        Message.objects.filter(Q(seq__lte=seq) | Q(slot_seq__lte=slot_seq), room_id=room_id, version_hidden=False)
         .shared()
         .order_by("-seq")
         .values_list(*HISTORY_COLUMNS)[:HISTORY_MESSAGES]
     ),  # tuples, not model instances
-    2,
+    3,
 )
 
 

@@ -58,8 +58,10 @@ def _terms(q: str) -> list[str]:
 
 
 def searchable(room: Room, user_id: int) -> QuerySet[Message]:
-    """What a member's search may find: visible to them, not deleted, with text."""
-    return Message.objects.visible_to(user_id).filter(room=room, deleted_at__isnull=True).exclude(text="")
+    """What a member's search may find: visible to them, not deleted, with text; of a
+    reply's versions, the one the room shows (its page holds no other)."""
+    seen = Message.objects.visible_to(user_id).filter(room=room, deleted_at__isnull=True, version_hidden=False)
+    return seen.exclude(text="")
 
 
 def search(room: Room, user_id: int, q: str) -> QuerySet[Message]:
@@ -127,12 +129,14 @@ def excerpt(message: Message, q: str) -> SafeString:
 
 def around(room: Room, user_id: int, seq: int) -> tuple[list[Message], bool, bool]:
     """The messages a member sees around `seq` (oldest first), and whether there are
-    older and newer ones beyond them."""
-    seen = Message.objects.visible_to(user_id).filter(room=room).select_related("reply_to", "recipient")
+    older and newer ones beyond them (of a reply's versions, the one shown, in its slot's place)."""
+    seen = Message.objects.visible_to(user_id).filter(room=room, version_hidden=False)
+    seen = seen.select_related("reply_to", "recipient")
     before = list(seen.filter(seq__lte=seq).order_by("-seq")[: CONTEXT_AROUND + 2])
     after = list(seen.filter(seq__gt=seq).order_by("seq")[: CONTEXT_AROUND + 1])
+    shown = before[: CONTEXT_AROUND + 1][::-1] + after[:CONTEXT_AROUND]
     return (
-        before[: CONTEXT_AROUND + 1][::-1] + after[:CONTEXT_AROUND],
+        sorted(shown, key=lambda m: (m.slot_seq or m.seq, m.seq)),
         len(before) > CONTEXT_AROUND + 1,
         len(after) > CONTEXT_AROUND,
     )

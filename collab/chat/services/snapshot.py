@@ -18,8 +18,9 @@ NO_FLOOR = math.inf  # a snapshot message that takes no more pieces, only its fi
 
 def _recent(room_id: int, before_seq: int | None = None, user_id: int | None = None) -> tuple[list[Message], bool]:
     limit = settings.COLLAB["HISTORY_MESSAGES"]
-    # Shared messages and this member's own personal replies (docs/architecture.md#a-personal-replies).
-    qs = Message.objects.filter(room_id=room_id).visible_to(user_id).select_related("recipient")
+    # Shared messages and this member's own personal replies (docs/architecture.md#a-personal-replies);
+    # of a reply's versions, the one shown (docs/architecture.md#a-versions).
+    qs = Message.objects.filter(room_id=room_id, version_hidden=False).visible_to(user_id).select_related("recipient")
     if before_seq is not None:
         qs = qs.filter(seq__lt=before_seq)
     page = list(qs.order_by("-seq")[: limit + 1])

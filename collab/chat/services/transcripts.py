@@ -55,6 +55,10 @@ FIELDS = (
     "made_for",  # a personal reply, shared or not: whom it was made for, and with which lens
     "lens",
     "merge_seqs",  # a merge: the seqs of the answers it combines
+    "version",  # a reply's versions (regenerate: docs/architecture.md#a-versions), every one kept
+    "versions",
+    "slot_seq",
+    "version_hidden",
 )
 
 
@@ -87,6 +91,21 @@ def record_of(row: dict[str, Any]) -> dict[str, object]:
         "made_for": row["made_for"] or None,
         "lens": row["lens"] or None,
         "merged_from": row["merge_seqs"] or None,
+        **_version(row),
+    }
+
+
+def _version(row: dict[str, Any]) -> dict[str, object]:
+    """A reply asked again: its number, how many versions its slot has, the seq of the
+    slot's first version (None for the first itself), and whether the room shows it. Any
+    other message: no numbers, shown."""
+    if row["versions"] < 2:
+        return {"version": None, "versions": None, "version_of": None, "shown": True}
+    return {
+        "version": row["version"],
+        "versions": row["versions"],
+        "version_of": row["slot_seq"],
+        "shown": not row["version_hidden"],
     }
 
 
@@ -142,6 +161,9 @@ def markdown_message(record: dict[str, object]) -> str:
     pinned = record.get("pinned")
     if isinstance(pinned, dict):  # "> pinned by alice at 2026-12-05T19:02:03.000+00:00"
         tail += f"\n\n> pinned by {pinned['by']} at {pinned['at']}"
+    if record.get("versions"):  # "> version 1 of 2 (shown)", "> version 2 of 2, asked again from #5"
+        tail += f"\n\n> version {record['version']} of {record['versions']}" + (" (shown)" if record["shown"] else "")
+        tail += f", asked again from #{record['version_of']}" if record["version_of"] else ""
     return f"{head}\n\n{body}{tail}\n\n"
 
 

@@ -35,9 +35,10 @@ def verdict_of(room: Room, up: int, down: int, online: int) -> str:
 
 
 def approved_replies(answered: Message) -> list[Message]:
-    """The approved, ended, shared replies to one user message, in seq order (merge)."""
+    """The approved, ended, shared replies to one user message, in seq order (merge); of
+    a reply's versions, the one shown (docs/architecture.md#a-versions)."""
     return list(
-        Message.objects.filter(reply_to=answered, role=Message.Role.ASSISTANT, verdict=APPROVED)
+        Message.objects.filter(reply_to=answered, role=Message.Role.ASSISTANT, verdict=APPROVED, version_hidden=False)
         .exclude(status=Message.Status.STREAMING)
         .shared()
         .filter(deleted_at__isnull=True, merge_of=[])  # a merge is not one of the answers

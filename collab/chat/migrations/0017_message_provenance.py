@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0015_room_defaults'),
+        ('chat', '0016_message_versions'),
     ]
 
     operations = [
