@@ -178,6 +178,18 @@ def test_healthz(client: Client) -> None:
     assert response.json() == {"ok": True, "database": True, "channel_layer": True}
 
 
+def test_favicon_answers_and_every_page_links_it(client: Client) -> None:
+    """Browsers ask /favicon.ico whatever a page says: it leads to the SVG the pages link."""
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == "/static/collab/favicon.svg"
+    icon = client.get(response["Location"])
+    assert icon.status_code == 200 and icon["Content-Type"] == "image/svg+xml"
+    assert b"<svg" in b"".join(icon.streaming_content)  # type: ignore[attr-defined]
+    link = b'<link rel="icon" href="/static/collab/favicon.svg" type="image/svg+xml">'
+    assert link in client.get("/accounts/login/").content
+    assert link in client.get("/admin/login/").content
+
+
 def test_room_save_never_rewinds_seq(alice: User) -> None:
     room = rooms.create_room(alice, "Seq")
     stale = Room.objects.get(pk=room.pk)
