@@ -33,5 +33,6 @@ urlpatterns = [
         name="favicon",
     ),
     path("metrics", views.metrics_view, name="metrics"),
+    path("docs/providers/", views.provider_docs, name="docs_providers"),
     path("admin/", admin.site.urls),
 ]

@@ -20,6 +20,13 @@ from collab.chat.services import availability, budgets, moderation
 from collab.chat.services import rooms as room_actions
 
 
+class AssistantChoices(forms.ModelMultipleChoiceField):
+    """The room's assistants to choose from, each with its model and provider by its handle."""
+
+    def label_from_instance(self, obj: Assistant) -> str:
+        return f"@{obj.handle} {obj.display_name}: {obj.model_label} ({obj.provider.name})"
+
+
 class RoomSettingsForm(forms.Form):
     # Absent from a form made by hand: left as it is (_settings_form); sent, never empty.
     name = forms.CharField(max_length=Room._meta.get_field("name").max_length)
@@ -41,7 +48,7 @@ class RoomSettingsForm(forms.Form):
     )
     # Only the assistants this room may use (services/availability.py): _settings_form
     # narrows the queryset; anything else posted is the form's error (and audited).
-    assistants = forms.ModelMultipleChoiceField(
+    assistants = AssistantChoices(
         queryset=Assistant.objects.none(),
         required=False,
         widget=forms.CheckboxSelectMultiple,
@@ -119,7 +126,7 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _settings_form(the_room: Room, data: QueryDict | None = None) -> RoomSettingsForm:
-    may_use = availability.attachable(the_room)
+    may_use = availability.attachable(the_room).select_related("provider")
     if data is not None and "name" not in data:  # a form made before names could change
         data = data.copy()
         data["name"] = the_room.name
