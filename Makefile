@@ -27,13 +27,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# pip's own lines, less the "Requirement already satisfied" ones: the build step
-# ("Building wheel for llama-cpp-python ... still running") stays visible.
+# pip -v through collab/buildprogress.py: pip's own steps and summary, and llama.cpp's
+# build as its step counter ("[37/193] ggml-cpu.c.o  (2:31)", one line updated in place);
+# pip's whole output goes to $(LOCAL_LOG), and its last lines are shown if it fails.
+LOCAL_LOG := .cache/local-install.log
 $(LOCAL_STAMP): $(STAMP)
 	@$(BIN)/python -m pip show -q llama-cpp-python >/dev/null 2>&1 || \
 		echo "Building llama-cpp-python for the local model (once; about 6 minutes on 2 idle cores) ..."
-	@bash -o pipefail -c "$(BIN)/python -m pip install -e '.[dev,local]' 2>&1 \
-		| sed -u '/^Requirement already satisfied/d'" || { \
+	@$(BIN)/python -m collab.buildprogress --log $(LOCAL_LOG) -- \
+		$(BIN)/python -m pip install -v -e '.[dev,local]' || { \
 		echo "llama-cpp-python could not be installed (it builds with a C/C++ compiler and CMake)."; \
 		echo "make run MODEL=simulated runs collab on the simulated model instead."; exit 1; }
 	@rm -f $(VENV)/.local-* && touch $@

@@ -1,7 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.decorators.http import require_http_methods
+from django.views.generic import RedirectView
 
 from collab.chat import history_views, settings_views, views
 
@@ -22,6 +25,14 @@ urlpatterns = [
     path("r/<slug:slug>/join/", views.join_as_staff, name="room_join"),
     path("join/<str:token>/", views.join, name="join"),
     path("healthz", views.healthz, name="healthz"),
+    # Browsers ask for it whatever a page links, logged in or not: the SVG the pages link
+    # (templates/base.html).
+    path(
+        "favicon.ico",
+        login_not_required(RedirectView.as_view(url=static("collab/favicon.svg"), permanent=True)),
+        name="favicon",
+    ),
     path("metrics", views.metrics_view, name="metrics"),
+    path("docs/providers/", views.provider_docs, name="docs_providers"),
     path("admin/", admin.site.urls),
 ]

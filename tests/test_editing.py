@@ -82,17 +82,17 @@ def _final(m: Member, msg_id: int) -> dict[str, str]:
 @live
 async def test_an_edit_is_broadcast_stored_and_marked(world: World) -> None:
     async with member(world.alice) as alice, member(world.bob) as bob:
-        msg_id = await _posted(alice, "the first *draft*")
+        msg_id = await _posted(alice, "the first `draft`")
         await bob.until(lambda f: msg_id in f.replies)
-        await alice.send(action="edit", message_id=msg_id, text="the **second** draft <b>")
+        await alice.send(action="edit", message_id=msg_id, text="the `second` draft <b>")
         for m in (alice, bob):
             await m.until(lambda f, m=m: _final(m, msg_id).get("data-edited") == "1")
             html = m.frames.replies[msg_id].final_html
-            assert "<strong>second</strong>" in html and "&lt;b&gt;" in html and "draft" in html
+            assert "<code>second</code>" in html and "&lt;b&gt;" in html and "draft" in html
         assert ">edited<" in bob.raw[-1]
     stored = await amessage(msg_id)
-    assert stored.text == "the **second** draft <b>" and stored.edited_at is not None
-    assert "<strong>second</strong>" in stored.html and stored.deleted_at is None
+    assert stored.text == "the `second` draft <b>" and stored.edited_at is not None
+    assert "<code>second</code>" in stored.html and stored.deleted_at is None
 
 
 @live

@@ -1,11 +1,16 @@
-"""Rendered Markdown is sanitised: no script, no event handlers, no javascript: links, no raw HTML."""
+"""Rendered Markdown is sanitised (no script, no event handlers, no javascript: links, no raw
+HTML), and a person's message shows what they typed (markup.as_typed)."""
 
 from collections.abc import Callable
 from html.parser import HTMLParser
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from collab.chat.markup import render_markdown, render_user_markdown
+from collab.chat.markup import render_markdown, render_now, render_user_markdown
+from tests.test_fuzz import check_rendered
+from tests.test_fuzz import markdown as fuzzed_markdown
 
 DANGEROUS = pytest.mark.parametrize(
     "source",
@@ -93,8 +98,8 @@ def test_an_image_from_this_site_is_shown() -> None:
 
 def test_a_persons_line_breaks_are_kept() -> None:
     """Shift+Enter in the message box: each line shows on a line of its own."""
-    html = render_user_markdown("first line\nsecond line\nthird with **bold**\n\nnext paragraph")
-    assert html == "<p>first line<br>\nsecond line<br>\nthird with <strong>bold</strong></p>\n<p>next paragraph</p>\n"
+    html = render_user_markdown("first line\nsecond line\nthird with `code`\n\nnext paragraph")
+    assert html == "<p>first line<br>\nsecond line<br>\nthird with <code>code</code></p>\n<p>next paragraph</p>\n"
 
 
 def test_a_persons_code_block_is_code_without_breaks() -> None:
@@ -116,3 +121,113 @@ def test_a_persons_message_is_sanitised_like_a_reply() -> None:
     html = render_user_markdown("<b>x</b>\n[a](javascript:alert(1))\n![i](https://evil.example/i.png)")
     assert "<b>" not in html and "&lt;b&gt;" in html
     assert 'href="javascript' not in html and "<img" not in html
+
+
+# --- a person's text, as typed (markup.as_typed) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        'what is 17*23? "17*23" snake_case_name 2*3*4',
+        "**not bold** and __not either__, *nor* _this_",
+        "~~x~~ stays, ~so~ does this",
+        "a*b*c and a_b_c and x**2**",
+        "# 3 things today",
+        "&copy; &amp; &#65; &lt;b&gt;",
+        r"a \* b \_ c \# d \~ e \& f \\ g",
+        "first\n---\nsecond\n===",
+        "| a | b |\n|---|---|\n| 1 | 2 |",
+    ],
+)
+def test_a_persons_text_shows_every_character_they_typed(typed: str) -> None:
+    """No emphasis, strong, strikethrough, heading, rule, table or entity: what a person
+    typed is what the room reads (a browser's text of the HTML is the text, line for line)."""
+    html = render_user_markdown(typed)
+    assert shown_text(html) == typed
+
+
+@pytest.mark.parametrize(
+    ("typed", "html"),
+    [
+        ("see `x*y*z` here", "<p>see <code>x*y*z</code> here</p>\n"),
+        ("```python\nx = 1\n```", '<pre><code class="language-python"><span class="n">x</span>'),
+        (
+            "[the docs](https://example.com/a_b)",
+            '<a href="https://example.com/a_b" rel="noopener noreferrer nofollow">the docs</a>',
+        ),
+        (
+            "<https://example.com/x>",
+            '<a href="https://example.com/x" rel="noopener noreferrer nofollow">https://example.com/x</a>',
+        ),
+        ("- one\n- two", "<ul>\n<li>one</li>\n<li>two</li>\n</ul>\n"),
+        ("1. one\n2. two", "<ol>\n<li>one</li>\n<li>two</li>\n</ol>\n"),
+        ("> quoted\n\nmine", "<blockquote>\n<p>quoted</p>\n</blockquote>\n<p>mine</p>\n"),
+    ],
+)
+def test_a_person_still_has_code_links_lists_and_quotes(typed: str, html: str) -> None:
+    assert html in render_user_markdown(typed)
+
+
+@pytest.mark.parametrize(
+    ("typed", "shown"),
+    [
+        (r"\[not a link](https://example.com)", "[not a link](https://example.com)"),
+        (r"\`not code\`", "`not code`"),
+        (r"\<https://example.com>", "<https://example.com>"),
+        (r"\![not an image](/a.png)", "![not an image](/a.png)"),
+        (
+            "\\- not a list\n\\* nor this\n1\\. nor this\n\\> nor a quote",
+            "- not a list\n* nor this\n1. nor this\n> nor a quote",
+        ),
+        (r"mid-line \- \> \. stay", r"mid-line \- \> \. stay"),
+        (r"C:\\server\share and \\[x](/y)", "C:\\\\server\\share and \\\\x"),
+    ],
+)
+def test_a_backslash_goes_only_where_it_stops_markup(typed: str, shown: str) -> None:
+    """A person's backslash escape works where this dialect has something to stop (a
+    link, code, an autolink, an image, a list, a quote); anywhere else it is shown."""
+    assert shown_text(render_user_markdown(typed)) == shown
+
+
+def test_an_assistant_keeps_full_markdown() -> None:
+    html = render_markdown("# T\n\n**b** *i* ~~s~~ &copy; \\*\n\n---")
+    assert "<h1>T</h1>" in html and "<strong>b</strong>" in html and "<em>i</em>" in html
+    assert "<s>s</s>" in html and "\u00a9" in html and "<hr>" in html and "<p><strong>" in html and " *</p>" in html
+
+
+# Text that holds no Markdown this dialect has (no `[`, backtick, `<`, line start): each
+# character shows, whatever mix of `*`, `_`, `~`, `#`, `&`, `\\`, `|`, `=` it has.
+typed_line = st.text(st.sampled_from("ab 17*23_~#&;=|\\!?\"'.,-+(){}^$%"), max_size=60).map(lambda t: "x" + t)
+
+
+@given(typed_line)
+def test_any_such_text_shows_as_typed(typed: str) -> None:
+    assert shown_text(render_now(typed, user=True)) == typed.strip()
+
+
+@given(fuzzed_markdown)
+def test_a_persons_dialect_is_sanitised_too(source: str) -> None:
+    check_rendered(render_now(source, user=True))
+
+
+class _Text(HTMLParser):
+    """What a browser shows of the HTML as text: a <br> or a block's end is a new line."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "br":
+            self.parts.append("\n")
+
+
+def shown_text(html: str) -> str:
+    parser = _Text()
+    parser.feed(html)
+    parser.close()
+    return "".join(parser.parts).replace("\n\n", "\n").strip()

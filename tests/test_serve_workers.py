@@ -25,6 +25,8 @@ from django.core.management import CommandError, call_command
 from websockets.asyncio.client import connect
 
 from collab import deploy
+from collab.chat import provider_env
+from collab.chat.management.commands import serve
 from collab.loadtest.frames import Frames
 from tests.conftest import IN_CI, require_redis
 from tests.servers import free_port_run, login, wait_http
@@ -75,6 +77,23 @@ def test_nginx_accepts_the_production_site_and_the_generated_config(tmp_path: Pa
 
 
 # --- refusals before anything starts ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base_url", "model", "named"), [("", "", "simulated"), ("", "mine", "mine"), ("http://10.0.0.5:8000/v1", "", "")]
+)
+def test_the_simulated_model_is_never_named_as_the_embedded_one(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, base_url: str, model: str, named: str
+) -> None:
+    """`serve --model simulated` stands where SmolLM2 would: its replies and the room page
+    must not say SmolLM2 (provider_env.is_embedded_model). A model named, or an endpoint
+    of the operator's, is left alone."""
+    settings.COLLAB_LLM_BASE_URL, settings.COLLAB_LLM_MODEL = base_url, model
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("COLLAB_LLM_MODEL", model)  # restored after the test, whatever serve sets
+    serve.name_the_simulated_model()
+    assert named == settings.COLLAB_LLM_MODEL and os.environ["COLLAB_LLM_MODEL"] == named
+    assert not provider_env.is_embedded_model(provider_env.default_endpoint_settings()["default_model"])
 
 
 def test_several_workers_refuse_to_start_without_redis(settings: Any) -> None:

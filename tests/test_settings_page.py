@@ -15,6 +15,7 @@ from django.test import Client
 
 from collab.chat.models import AuditEntry, Ban, Membership, Room
 from tests.conftest import Member, World, connected, member
+from tests.test_room_budget import admin_form
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer")]
 
@@ -148,3 +149,91 @@ async def test_lock_from_the_page_reaches_the_room(world: World) -> None:
     status = await database_sync_to_async(Room.objects.values_list("status", flat=True).get)(pk=world.room.pk)
     assert status == "open"
     assert [r[1] for r in await database_sync_to_async(audit)()] == ["lock", "unlock"]
+
+
+# --- renaming the room ------------------------------------------------------------------------
+
+
+def settings_form(**fields: str) -> dict[str, str]:
+    """The owner's settings form as the page sends it, with `fields` changed."""
+    return {"op": "settings", "name": "Lab", "topic": "testing", "reply_to_all": "", "system_prompt": "", **fields}
+
+
+def room_name() -> str:
+    return Room.objects.values_list("name", flat=True).get(slug="lab")
+
+
+async def test_the_owner_renames_the_room_and_open_pages_see_it(world: World) -> None:
+    async with member(world.bob) as bob:
+        response = await submit(world.alice, settings_form(name="  Lab, second floor  "))
+        assert response.status_code == 302 and response["Location"] == "/r/lab/"
+        # The heading and the title, on the page of a member who has the room open.
+        await bob.until(lambda f: any('id="room-name"' in r for r in bob.raw[1:]))
+        frame = next(r for r in bob.raw[1:] if 'id="room-name"' in r)
+        assert '<h1 id="room-name" hx-swap-oob="true">Lab, second floor</h1>' in frame
+        assert '<span hx-swap-oob="innerHTML:title">Lab, second floor · collab</span>' in frame
+    assert await database_sync_to_async(room_name)() == "Lab, second floor"
+    rows = await database_sync_to_async(lambda: list(AuditEntry.objects.values_list("action", "detail", "address")))()
+    assert rows == [("rename", "Lab -> Lab, second floor", ADDRESS)]
+    # A page opened (or reconnected) later has it in its snapshot; the room page, in its heading.
+    async with member(world.bob) as again:
+        assert '<h1 id="room-name" hx-swap-oob="true">Lab, second floor</h1>' in again.raw[0]
+    page = (await fetch(world.bob, "get", "/r/lab/")).content.decode()
+    assert '<h1 id="room-name">Lab, second floor</h1>' in page and "<title>Lab, second floor · collab</title>" in page
+    # Saved again unchanged: nothing to audit.
+    assert (await submit(world.alice, settings_form(name="Lab, second floor"))).status_code == 302
+    assert await database_sync_to_async(AuditEntry.objects.count)() == 1
+
+
+@pytest.mark.parametrize("role", ["moderator", "member"])
+async def test_a_forged_rename_by_anyone_but_the_owner_is_refused(world: World, role: str) -> None:
+    actor = await make_moderator(world) if role == "moderator" else world.bob
+    response = await submit(actor, settings_form(name="Taken over"))
+    assert response.status_code == 403
+    assert await database_sync_to_async(room_name)() == "Lab"
+    assert not await database_sync_to_async(AuditEntry.objects.exists)()
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("   ", "This field is required."),
+        ("x" * 101, "at most 100 characters"),
+        ("!!!", "at least one letter or digit"),
+    ],
+)
+async def test_a_name_must_be_a_name(world: World, name: str, error: str) -> None:
+    response = await submit(world.alice, settings_form(name=name))
+    assert response.status_code == 400 and error in response.content.decode()
+    assert await database_sync_to_async(room_name)() == "Lab"
+    assert not await database_sync_to_async(AuditEntry.objects.exists)()
+
+
+async def test_a_form_without_a_name_leaves_it(world: World) -> None:
+    """A settings form made before the room's name was on it changes the rest, not the name."""
+    fields = settings_form(topic="new topic")
+    del fields["name"]
+    assert (await submit(world.alice, fields)).status_code == 302
+    assert await database_sync_to_async(room_name)() == "Lab"
+
+
+async def test_staff_rename_in_the_admin_audited_and_live(world: World) -> None:
+    root = await database_sync_to_async(User.objects.create_superuser)("root", password="pw-root-123")
+
+    def rename_in_admin() -> int:
+        client = Client(REMOTE_ADDR=ADDRESS)
+        client.force_login(root)
+        room = Room.objects.get(pk=world.room.pk)
+        return client.post(
+            f"/admin/chat/room/{room.pk}/change/", admin_form(client, room, name="Lab (archive)")
+        ).status_code
+
+    async with member(world.bob) as bob:
+        assert await database_sync_to_async(rename_in_admin)() == 302
+        await bob.until(
+            lambda f: any('<h1 id="room-name" hx-swap-oob="true">Lab (archive)</h1>' in r for r in bob.raw[1:])
+        )
+    rows = await database_sync_to_async(
+        lambda: list(AuditEntry.objects.values_list("actor_name", "action", "detail"))
+    )()
+    assert rows == [("root", "rename", "Lab -> Lab (archive)")]

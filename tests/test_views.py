@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.template import Context, Template
 from django.test import Client
 
-from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Room
+from collab.chat.models import Assistant, AuditEntry, Ban, Membership, Message, Provider, Room
 from collab.chat.services import providers, rooms
 
 pytestmark = pytest.mark.django_db
@@ -159,6 +160,68 @@ def test_settings_owner_only_and_attach_assistants(logged_in: Client, alice: Use
     assert other.get("/r/mine/settings/").status_code == 403
 
 
+# --- each assistant's model, and the embedded model labelled ---------------------------------
+
+TINY_LABEL = "SmolLM2-135M · a tiny local model: quick, often wrong"
+
+
+@pytest.fixture
+def models_room(alice: User) -> Room:
+    """A room with an assistant on a hosted provider and one on the embedded local model."""
+    room = rooms.create_room(alice, "Models")
+    hosted = Provider.objects.create(name="groq", base_url="https://api.example/v1", default_model="llama-3.1-8b")
+    local = Provider.objects.create(name="local", base_url="http://127.0.0.1:8088/v1", default_model="x")
+    room.assistants.set(
+        [
+            Assistant.objects.create(handle="fast", display_name="Fast", provider=hosted, available_to="everyone"),
+            Assistant.objects.create(
+                handle="tiny",
+                display_name="Tiny",
+                provider=local,
+                model="smollm2-135m-instruct",
+                available_to="everyone",
+            ),
+        ]
+    )
+    return room
+
+
+def test_the_room_page_lists_each_assistants_model_and_provider(logged_in: Client, models_room: Room) -> None:
+    page = logged_in.get("/r/models/").content.decode()
+    side = page.split('<ul class="assistants">')[1].split("</ul>")[0]
+    assert '<code>@fast</code> Fast <small class="muted model">llama-3.1-8b (groq)</small>' in side
+    link = f'<a href="/docs/providers/#pointing-at-a-model-provider">{TINY_LABEL}</a>'
+    assert f'<code>@tiny</code> Tiny <small class="muted model">{link} (local)</small>' in side
+
+
+def test_the_settings_page_lists_each_assistants_model_and_provider(logged_in: Client, models_room: Room) -> None:
+    form = logged_in.get("/r/models/settings/").content.decode().split('id="settings-form"')[1].split("</form>")[0]
+    assert "@fast Fast: llama-3.1-8b (groq)</label>" in form
+    assert f"@tiny Tiny: {TINY_LABEL} (local)</label>" in form
+
+
+def test_the_model_label_for_any_page(models_room: Room) -> None:
+    """What a reply's info can show: `{{ message.model|model_label }}`, or the assistant's."""
+    template = Template("{% load chat_extras %}{{ a|model_label }} / {{ b|model_label }} {{ b|embedded_model }}")
+    assert (
+        template.render(Context({"a": "llama-3.1-8b", "b": "smollm2-135m-instruct"}))
+        == f"llama-3.1-8b / {TINY_LABEL} True"
+    )
+    tiny, fast = models_room.assistants.get(handle="tiny"), models_room.assistants.get(handle="fast")
+    assert (tiny.model_label, tiny.is_embedded_model) == (TINY_LABEL, True)
+    assert (fast.model_label, fast.is_embedded_model) == ("llama-3.1-8b", False)
+
+
+def test_the_provider_settings_are_served_without_a_login(client: Client) -> None:
+    """Where the embedded model's label links: README's section, from this server (no network)."""
+    response = client.get("/docs/providers/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert '<h1 id="pointing-at-a-model-provider">Pointing at a model provider</h1>' in page
+    assert "COLLAB_LLM_BASE_URL" in page and "OPENAI_API_KEY" in page and "<pre>" in page and TINY_LABEL in page
+    assert "Providers from the environment</h" not in page  # the section only, not what follows
+
+
 def test_older_messages_page(logged_in: Client, alice: User) -> None:
     room = rooms.create_room(alice, "Busy")
     for seq in range(1, 121):
@@ -176,6 +239,18 @@ def test_healthz(client: Client) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"ok": True, "database": True, "channel_layer": True}
+
+
+def test_favicon_answers_and_every_page_links_it(client: Client) -> None:
+    """Browsers ask /favicon.ico whatever a page says: it leads to the SVG the pages link."""
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == "/static/collab/favicon.svg"
+    icon = client.get(response["Location"])
+    assert icon.status_code == 200 and icon["Content-Type"] == "image/svg+xml"
+    assert b"<svg" in b"".join(icon.streaming_content)  # type: ignore[attr-defined]
+    link = b'<link rel="icon" href="/static/collab/favicon.svg" type="image/svg+xml">'
+    assert link in client.get("/accounts/login/").content
+    assert link in client.get("/admin/login/").content
 
 
 def test_room_save_never_rewinds_seq(alice: User) -> None:

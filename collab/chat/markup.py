@@ -2,7 +2,9 @@
 
 markdown-it-py's "js-default" preset escapes raw HTML and refuses javascript: links;
 nh3 (ammonia) then sanitises the result anyway, so a parser bug cannot become XSS.
-Fenced code is highlighted by Pygments into <span class> markup that nh3 keeps.
+Fenced code is highlighted by Pygments into <span class> markup that nh3 keeps. A
+person's message has a dialect of its own (as_typed: what they typed shows, every
+character; docs/wire.md, "shown as typed"); a model's reply, all of Markdown.
 
 A text is input whoever wrote it (a member, or a model that a member can steer), and some
 texts cost far more than their length: some Pygments lexers are cubic on a line of spaces
@@ -167,12 +169,66 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
 _OPTIONS = {"highlight": _highlight, "linkify": False, "typographer": False}
 
 
-def _parser(breaks: bool, links: bool) -> MarkdownIt:
-    md = MarkdownIt("js-default", {**_OPTIONS, "breaks": breaks}).enable("table")
+def _parser(user: bool, links: bool) -> MarkdownIt:
+    md = MarkdownIt("js-default", {**_OPTIONS, "breaks": user}).enable("table")
     md.add_render_rule("image", _image)
+    if user:
+        as_typed(md)
     if not links:  # the reference definitions go too: they show as written
         md.disable(["link", "image", "reference"])
     return md
+
+
+# A person's message is what they typed, with only the Markdown people mean in a chat:
+# code spans and fences, links and autolinks, lists, quotes, paragraphs and line breaks.
+# Nothing that takes characters away: no emphasis, strong or strikethrough (`17*23`,
+# `snake_case_name`, `**not bold**`, `~~x~~` stay as typed), no headings (`# 3 today`)
+# nor rules (`---`), no tables, no entities (`&copy;` stays `&copy;`). A backslash goes
+# only where it stops something this dialect does (as_typed_escape); elsewhere it is
+# shown, as typed. A model's Markdown keeps every rule.
+_NOT_TYPED = ["emphasis", "strikethrough", "heading", "lheading", "hr", "table", "entity"]
+# What a backslash stops anywhere in a person's text: a code span, a link, an autolink
+# (and, before `![`, an image); at a line's start: a list item or a quote.
+_ESCAPES_INLINE = frozenset("`[]<")
+_ESCAPES_LINE_START = frozenset("-+*>")
+_MARKERS = _ESCAPES_LINE_START | frozenset(".)")  # `1.` and `1)` begin an ordered list item
+_MARKER_REACH = 12  # an ordered list's number has at most 9 digits; a line's indent, a few spaces
+
+
+def as_typed(md: MarkdownIt) -> MarkdownIt:
+    """`md` made into the dialect of people's messages (above)."""
+    md.disable(_NOT_TYPED)
+    md.inline.ruler.at("escape", as_typed_escape)
+    return md
+
+
+def as_typed_escape(state: Any, silent: bool) -> bool:
+    """markdown-it's escape rule for people: `\\[` shows `[` (no link), `\\-` at a line's start
+    shows `-` (no list item), `1\\.` there shows `1.`; `\\*`, `\\_`, `\\#` and any other keep
+    their backslash, as typed; `\\\\` is shown whole and escapes nothing after it."""
+    src, pos = state.src, state.pos
+    if src[pos] != "\\" or pos + 1 >= state.posMax:
+        return False
+    after = src[pos + 1]
+    if after == "!" and src.startswith("[", pos + 2):  # `\\![alt](url)`: no image, nor a link
+        if not silent:
+            state.push("text_special", "", 0).content = "!["
+        state.pos = pos + 3
+        return True
+    stops = after in _ESCAPES_INLINE
+    if not stops and after in _MARKERS:
+        # What the line holds before the backslash, looked for within a list marker's
+        # reach only (linear in the text, however many backslashes it holds).
+        before = src[max(0, pos - _MARKER_REACH) : pos]
+        line = before.rsplit("\n", 1)[-1].strip()
+        starts = "\n" in before or pos <= _MARKER_REACH
+        stops = starts and (not line if after in _ESCAPES_LINE_START else line.isdigit())
+    if not stops and after != "\\":
+        return False  # the backslash is text, and what follows it is parsed as ever
+    if not silent:
+        state.push("text_special", "", 0).content = after if stops else "\\\\"
+    state.pos = pos + 2
+    return True
 
 
 def _image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
@@ -188,9 +244,9 @@ def _image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
 
 
 # People's messages keep their line breaks (Shift+Enter in the box): a single newline is a
-# <br>, as in every chat. A model's Markdown keeps the usual rule (a newline is a space).
-# Indexed by (user, links).
-_PARSERS = {(user, links): _parser(breaks=user, links=links) for user in (False, True) for links in (False, True)}
+# <br>, as in every chat, and their own dialect (as_typed). A model's Markdown keeps the
+# usual rules (a newline is a space). Indexed by (user, links).
+_PARSERS = {(user, links): _parser(user, links) for user in (False, True) for links in (False, True)}
 
 _TAGS = {
     "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "del", "s", "code", "pre",

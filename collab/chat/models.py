@@ -12,6 +12,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
 
+from collab.chat import provider_env
 from collab.chat.provider_models import (  # noqa: F401 (re-exported: part of this app's models)
     HANDLE_RE,
     Provider,
@@ -92,6 +93,16 @@ class Assistant(models.Model):
     @property
     def model_name(self) -> str:
         return self.model or self.provider.default_model
+
+    @property
+    def model_label(self) -> str:
+        """Its model as pages show it: the name, or what the embedded local model is
+        (provider_env.model_label; a template: `{{ message.model|model_label }}`)."""
+        return provider_env.model_label(self.model_name)
+
+    @property
+    def is_embedded_model(self) -> bool:
+        return provider_env.is_embedded_model(self.model_name)
 
 
 class Room(models.Model):

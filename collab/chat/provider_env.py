@@ -15,6 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from collab.llm.local import MODEL_LABEL, MODEL_NAME
+
 
 def _split_urls(value: str) -> tuple[str, str]:
     """ "url1,url2,..." -> (first, the rest one per line): an endpoint pool."""
@@ -46,11 +48,23 @@ def default_endpoint_settings() -> dict[str, Any]:
         "base_url": settings.COLLAB_LOCAL_MODEL_URL,
         "extra_base_urls": "",
         "api_key_env": "",
-        "default_model": settings.COLLAB_LLM_MODEL or "smollm2-135m-instruct",
+        "default_model": settings.COLLAB_LLM_MODEL or MODEL_NAME,
         # SmolLM2 on 2 cores reads ~100-400 prompt tokens/s: ~750 tokens of history
         # keep its first token within seconds (12,000 characters took 22-28 s).
         "context_chars": 3000,
     }
+
+
+def is_embedded_model(model: str) -> bool:
+    """Whether `model` (an assistant's model, or the one a reply was written by) is the
+    embedded local model (`make run` with no endpoint configured: README "Set up"). Its
+    name says so, whoever serves it; `serve --model simulated` names its model apart."""
+    return model == MODEL_NAME
+
+
+def model_label(model: str) -> str:
+    """What a page shows of `model`: its name, or for the embedded model what it is."""
+    return MODEL_LABEL if is_embedded_model(model) else model
 
 
 _ENV_NUMBERS = {

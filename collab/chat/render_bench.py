@@ -122,7 +122,7 @@ def _parser_before(user: bool) -> MarkdownIt:
         "js-default", {"highlight": _highlight_before, "linkify": False, "typographer": False, "breaks": user}
     ).enable("table")
     md.add_render_rule("image", markup._image)
-    return md
+    return markup.as_typed(md) if user else md  # people's dialect is today's: the caps are what is compared
 
 
 _before = {user: _parser_before(user) for user in (False, True)}

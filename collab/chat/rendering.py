@@ -40,6 +40,7 @@ _thinking = get_template("chat/_frame_thinking.html")
 _error = get_template("chat/_frame_error.html")
 _members = get_template("chat/_members.html")
 _room_status = get_template("chat/_room_status.html")
+_room_name = get_template("chat/_room_name.html")
 _state = get_template("chat/_frame_state.html")
 
 KIB = 1024
@@ -369,6 +370,15 @@ def room_status(status: str, oob: bool = True) -> str:
 
 def frame_room_status(room: Room) -> RoomFrame:
     return frames.other(room_status(room.status))
+
+
+def room_name(name: str, oob: bool = True) -> str:
+    """The room's name: its page's heading, and (oob) its title."""
+    return _room_name.render({"name": name, "oob": oob}).strip()
+
+
+def frame_room_name(name: str) -> RoomFrame:
+    return frames.other(room_name(name))
 
 
 def frame_error(code: str, text: str) -> str:

@@ -1,10 +1,12 @@
 """A room's settings page: the owner's settings (name, topic, assistants, reply mode,
-room prompt), members and bans for owners and moderators, the budget for owners."""
+room prompt), members and bans for owners and moderators, the budget for owners. A
+rename is moderation's (audited, and sent to the room's open pages)."""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import messages as flash
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -18,7 +20,16 @@ from collab.chat.services import availability, budgets, moderation
 from collab.chat.services import rooms as room_actions
 
 
+class AssistantChoices(forms.ModelMultipleChoiceField):
+    """The room's assistants to choose from, each with its model and provider by its handle."""
+
+    def label_from_instance(self, obj: Assistant) -> str:
+        return f"@{obj.handle} {obj.display_name}: {obj.model_label} ({obj.provider.name})"
+
+
 class RoomSettingsForm(forms.Form):
+    # Absent from a form made by hand: left as it is (_settings_form); sent, never empty.
+    name = forms.CharField(max_length=Room._meta.get_field("name").max_length)
     topic = forms.CharField(max_length=500, required=False)
     # Reply mode (docs/wire.md, "Room settings"): "on" is every message, as the checkbox it was.
     reply_to_all = forms.TypedChoiceField(
@@ -37,7 +48,7 @@ class RoomSettingsForm(forms.Form):
     )
     # Only the assistants this room may use (services/availability.py): _settings_form
     # narrows the queryset; anything else posted is the form's error (and audited).
-    assistants = forms.ModelMultipleChoiceField(
+    assistants = AssistantChoices(
         queryset=Assistant.objects.none(),
         required=False,
         widget=forms.CheckboxSelectMultiple,
@@ -47,6 +58,13 @@ class RoomSettingsForm(forms.Form):
             "invalid_pk_value": "%(pk)s: that assistant is not available to this room; nothing was saved.",
         },
     )
+
+    def clean_name(self) -> str:
+        try:
+            name, _ = room_actions.check_room_name(self.cleaned_data["name"], "")
+        except ClientError as exc:
+            raise forms.ValidationError(exc.message, code=exc.code) from None
+        return name
 
 
 # What the settings page's forms may ask (`op`), and of whom: the moderation actions
@@ -84,13 +102,20 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
         if op == "settings":
             form = _settings_form(the_room, request.POST)
             if form.is_valid():
-                room_actions.update_room(
-                    the_room,
-                    topic=form.cleaned_data["topic"],
-                    reply_to_all=bool(form.cleaned_data["reply_to_all"]),
-                    system_prompt=form.cleaned_data["system_prompt"],
-                    assistant_ids=[a.pk for a in form.cleaned_data["assistants"]],
-                )
+                actor = moderation.Actor(access.user(request), request.META.get("REMOTE_ADDR"))
+                try:
+                    with transaction.atomic():  # the rename and the rest, or neither
+                        moderation.rename(actor, the_room, form.cleaned_data["name"])
+                        room_actions.update_room(
+                            the_room,
+                            topic=form.cleaned_data["topic"],
+                            reply_to_all=bool(form.cleaned_data["reply_to_all"]),
+                            system_prompt=form.cleaned_data["system_prompt"],
+                            assistant_ids=[a.pk for a in form.cleaned_data["assistants"]],
+                        )
+                except ClientError as exc:  # no longer the owner, say (moderation checks again)
+                    flash.error(request, exc.message)
+                    return _settings_page(request, membership, status=403)
                 flash.success(request, "Saved.")
                 return redirect("room", slug=slug)
             if "assistants" in form.errors:
@@ -101,8 +126,12 @@ def room_settings(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _settings_form(the_room: Room, data: QueryDict | None = None) -> RoomSettingsForm:
-    may_use = availability.attachable(the_room)
+    may_use = availability.attachable(the_room).select_related("provider")
+    if data is not None and "name" not in data:  # a form made before names could change
+        data = data.copy()
+        data["name"] = the_room.name
     initial = {
+        "name": the_room.name,
         "topic": the_room.topic,
         "reply_to_all": "on" if the_room.reply_to_all else "",
         "system_prompt": the_room.system_prompt,

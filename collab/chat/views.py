@@ -4,8 +4,11 @@ the actions; every page but login, sign-up and /healthz needs a login (middlewar
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import os
+import re
+from pathlib import Path
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -24,12 +27,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from collab.chat import history_views, rendering, shared
+from collab.chat import history_views, markup, rendering, shared
 from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
 from collab.chat.services import availability, budgets, moderation, panels, providers, snapshot
 from collab.chat.services import rooms as room_actions
+from collab.llm.local import MODEL_LABEL
 
 
 @login_not_required
@@ -103,7 +107,8 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "members": members,
             "members_more": members_more,
             "panels": panels.render_all(the_room.id, access.user(request).pk, False),  # pinned messages ...
-            "assistants": availability.available(the_room, the_room.assistants.all()),  # what may reply here
+            # What may reply here, each with its model and provider (the side list).
+            "assistants": availability.available(the_room, the_room.assistants.select_related("provider")),
             "room_cost": providers.room_cost(the_room.id),
             "budget": budgets.usage(the_room),  # the header's "left this month" (its own budget, or the default)
             "invite_url": request.build_absolute_uri(reverse("join", args=[the_room.invite_token])),
@@ -235,3 +240,49 @@ def healthz(request: HttpRequest) -> JsonResponse:
         checks["channel_layer"] = False
     ok = all(checks.values())
     return JsonResponse({"ok": ok, **checks}, status=200 if ok else 503)
+
+
+# --- the README's provider settings, served (the embedded model's label links here) ---------
+
+PROVIDERS_HEADING = "Pointing at a model provider"  # README.md, "Configuration"
+_HEADING = re.compile(r"(#{1,6})\s+(.*?)\s*$")
+
+
+def readme_section(text: str, heading: str) -> str | None:
+    """The Markdown under `heading` in `text`, up to the next heading of its level or
+    above (a `#` inside a fence is code, not a heading); None without that heading."""
+    level, body, fenced = 0, [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        found = None if fenced else _HEADING.fullmatch(line)
+        if found and level and len(found.group(1)) <= level:
+            break
+        if level:
+            body.append(line)
+        elif found and found.group(2) == heading:
+            level = len(found.group(1))
+    return "\n".join(body).strip() if level else None
+
+
+@functools.lru_cache(maxsize=2)
+def _providers_html(path: Path, _mtime: float) -> str | None:
+    section = readme_section(path.read_text(encoding="utf-8"), PROVIDERS_HEADING)
+    return None if section is None else markup.render_markdown(section)
+
+
+@login_not_required
+@require_GET
+def provider_docs(request: HttpRequest) -> HttpResponse:
+    """README's "Pointing at a model provider" as a page of this server (no network
+    needed): where the embedded local model's label links (templates/chat/_model_label.html)."""
+    readme = Path(settings.BASE_DIR) / "README.md"
+    try:
+        html = _providers_html(readme, readme.stat().st_mtime)
+    except OSError:
+        html = None
+    if html is None:
+        raise Http404("This installation has no README.md with its provider settings.")
+    anchor = PROVIDERS_HEADING.lower().replace(" ", "-")
+    context = {"heading": PROVIDERS_HEADING, "anchor": anchor, "html": html, "embedded": MODEL_LABEL}
+    return render(request, "chat/docs.html", context)

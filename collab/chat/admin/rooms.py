@@ -221,6 +221,8 @@ class RoomAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         if change and {"budget_tokens", "budget_cost"} & set(form.changed_data):  # audited, shown live
             budgets.staff_changed(staff_actor(request), obj, form.initial)
+        if change and "name" in form.changed_data:  # audited, shown live
+            moderation.renamed(staff_actor(request), obj, form.initial["name"])
         if not change:  # a room added here has its owner as a member, as one created on the site
             Membership.objects.get_or_create(room=obj, user=obj.owner, defaults={"role": Membership.Role.OWNER})
 

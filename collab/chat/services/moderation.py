@@ -1,10 +1,11 @@
 """Staff and moderator actions on a room: lock, unlock, archive, unarchive, close, stop
-one reply or every reply, kick, ban, unban, change a role. The only code that writes the audit log.
+one reply or every reply, kick, ban, unban, change a role, rename. The only code that
+writes the audit log.
 
 Each action checks who may (`may`), changes the room in one transaction with its audit
 row, and announces its effect after the commit, on every process: a kicked member's
 sockets close (`membership.ended`), a closed room's sockets close (`room.closed`), a
-room's status reaches its pages (a `room.frame`).
+room's status or name reaches its pages (a `room.frame`).
 
 Who may what (docs/wire.md, "Roles"): staff (the admin) may everything; a room's owner
 everything in the room; a moderator may lock, unlock, stop any reply, and kick, ban or
@@ -27,9 +28,9 @@ from collab.chat.errors import ClientError
 from collab.chat.events import RoomClosed
 from collab.chat.models import AuditEntry, Ban, Membership, Message, Room
 from collab.chat.services import streams
-from collab.chat.services.rooms import announce_members_on_commit, remove_member
+from collab.chat.services.rooms import announce_members_on_commit, check_room_name, remove_member
 
-Power = Literal["lock", "archive", "close", "stop_all", "kick", "roles"]
+Power = Literal["lock", "archive", "close", "stop_all", "kick", "roles", "rename"]
 MODERATOR_POWERS: frozenset[Power] = frozenset({"lock", "stop_all", "kick"})
 MAX_REASON = 500
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def may(actor: Actor, room: Room, power: Power) -> bool:
 
 
 def refuse(power: Power) -> NoReturn:
-    who = "the room's owner" if power in ("archive", "close", "roles") else "moderators and the owner"
+    who = "the room's owner" if power in ("archive", "close", "roles", "rename") else "moderators and the owner"
     raise ClientError("room.not_allowed", f"Only {who} can do that in this room.")
 
 
@@ -108,6 +109,28 @@ def _set_status(actor: Actor, room: Room, status: str, action: str, only_from: s
         # their next snapshot (robust: an on_commit failure is logged, not raised).
         broadcast.after_commit(room.pk, frame)
     return bool(changed)
+
+
+def rename(actor: Actor, room: Room, name: str) -> bool:
+    """The owner (or staff) renames the room: checked as a new room's name is, audited,
+    and the new name reaches every open page (its heading and title). True when it changed."""
+    _require(actor, room, "rename")
+    name, _ = check_room_name(name, "")
+    with transaction.atomic():
+        before = Room.objects.select_for_update().values_list("name", flat=True).get(pk=room.pk)
+        if before == name:
+            return False
+        Room.objects.filter(pk=room.pk).update(name=name)
+        room.name = name
+        renamed(actor, room, before)
+    return True
+
+
+def renamed(actor: Actor, room: Room, before: str) -> None:
+    """`room` was renamed from `before` (here, or by staff in the admin's room form): one
+    audit row, in the change's transaction, and the name to its pages once it commits."""
+    record(actor, "rename", room, detail=f"{before} -> {room.name}")
+    broadcast.after_commit(room.pk, rendering.frame_room_name(room.name))
 
 
 def lock(actor: Actor, room: Room) -> bool:

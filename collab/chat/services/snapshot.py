@@ -79,8 +79,10 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
             live_texts[m.id], thinking[m.id] = view.text, view.thinking
             states[m.id] = view.state
             floors[m.id], floors[-m.id] = len(view.text), len(view.thinking)
-    status = await Room.objects.filter(pk=room_id).values_list("status", flat=True).afirst()
-    members_html = rendering.frame_members(members) + rendering.room_status(status or Room.Status.OPEN) + panels_html
+    row = await Room.objects.filter(pk=room_id).values_list("status", "name").afirst()
+    # The room's status and name as they are now: a page that missed their frames catches up.
+    header = rendering.room_status(row[0]) + rendering.room_name(row[1]) if row else rendering.room_status("open")
+    members_html = rendering.frame_members(members) + header + panels_html
     html, _page = rendering.frame_snapshot(
         messages,
         live_texts,

@@ -48,6 +48,19 @@ def _answers(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
+SIMULATED_MODEL = "simulated"
+
+
+def name_the_simulated_model() -> None:
+    """`--model simulated` stands the simulated model where the embedded one would be: it is
+    named so, not as SmolLM2 (replies and the room page say which model wrote; provider_env.
+    is_embedded_model), unless COLLAB_LLM_MODEL names one. The processes started here
+    inherit the name."""
+    endpoint = providers.default_endpoint_settings()
+    if not settings.COLLAB_LLM_MODEL and endpoint["base_url"] == settings.COLLAB_LOCAL_MODEL_URL:
+        os.environ["COLLAB_LLM_MODEL"] = settings.COLLAB_LLM_MODEL = SIMULATED_MODEL
+
+
 class Command(BaseCommand):
     help = "Run collab with its embedded defaults: model endpoint, database, demo room, Daphne."
 
@@ -93,6 +106,8 @@ class Command(BaseCommand):
         key_file = deploy.local_state_dir() / "secret_key"
         if key_file.is_file() and key_file.read_text().strip() == settings.SECRET_KEY:
             self.stdout.write(f"Sessions are signed with the key kept in {key_file} (DJANGO_SECRET_KEY unset).")
+        if opts["model"] == "simulated":
+            name_the_simulated_model()
         try:
             self.start_model(children, opts["model"])
             self.stdout.write("Preparing the database ...")
