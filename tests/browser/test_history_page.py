@@ -30,11 +30,12 @@ def test_edit_and_delete_ones_own_message(chromium: Any, site: Any) -> None:
     box = alice.locator(".edit-form textarea")
     box.wait_for()
     assert box.input_value() == text  # the text as written, not its HTML
-    box.fill(f"{text}, **fixed**")
+    box.fill(f"{text}, `fixed` **as typed**")
     alice.locator(".edit-form button[type=submit]").click()
     edited = bob.locator("article[data-edited='1']", has_text="fixed")
     edited.wait_for()
-    assert edited.locator("strong").inner_text() == "fixed" and edited.locator(".edited").is_visible()
+    assert edited.locator("code").inner_text() == "fixed" and edited.locator(".edited").is_visible()
+    assert "**as typed**" in edited.locator(".body").inner_text()  # a person's text keeps its asterisks
     screenshot(bob, "history-edited")
 
     alice.once("dialog", lambda dialog: dialog.accept())  # "Delete this message?"
