@@ -63,5 +63,10 @@ def test_the_merge_button_shows_once_two_replies_are_approved_and_merges_for_eve
     }
     assert alice.locator("#errors .error").count() == 0
     # The picture in the README: the two approved answers, then their merge.
-    alice.locator(f"#msg-{ids[0]}").evaluate("a => a.scrollIntoView({block: 'start'})")
+    alice.set_viewport_size({"width": 1280, "height": 1300})
+    alice.mouse.move(0, 0)
+    alice.locator(f"article[data-merge-of='{sources}'] header").evaluate("h => h.scrollIntoView({block: 'center'})")
+    alice.wait_for_function(
+        "() => [...document.querySelectorAll('.msg .tools')].every(t => getComputedStyle(t).opacity === '0')"
+    )
     screenshot(alice, "votes-merge")

@@ -143,6 +143,8 @@ def test_a_reply_on_a_phone_is_calm_and_every_target_is_big_enough(chromium: Any
     assert header is not None and header["height"] <= 34  # author, number, time, state: one line
     assert not reply.locator(".metrics").is_visible()  # the figures are behind "i"
     assert not reply.locator(".tools").is_visible()  # the actions are one tap away
+    bob.locator("article[data-role=user]").last.evaluate("a => a.scrollIntoView({block: 'start'})")
+    screenshot(bob, "room-phone-dark")  # the README's phone picture
     reply.locator("button.more").tap()
     assert reply.locator(".act.regenerate").is_visible() and reply.locator(".act.vote.up").is_visible()
     reply.locator("details.info > summary").tap()
@@ -156,7 +158,7 @@ def test_a_reply_on_a_phone_is_calm_and_every_target_is_big_enough(chromium: Any
     assert len(targets) > 10 and small == [], small
     send_box = bob.get_by_role("button", name="Send").bounding_box()
     assert send_box is not None and send_box["height"] >= 44
-    screenshot(bob, "room-phone-dark")
+    screenshot(bob, "room-phone-dark-open")
 
 
 def test_on_a_desktop_the_actions_show_on_hover_and_focus(chromium: Any, site: Any) -> None:
