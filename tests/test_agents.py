@@ -12,6 +12,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from collab.chat.models import Assistant, Membership, Message, Room
+from collab.loadtest.wire import thinking_shown
 from tests.conftest import Member, World, make_assistant, member, reply_ids
 from tests.test_reasoning import finished, thinking_at_connect, thinking_seen
 
@@ -83,6 +84,11 @@ async def test_members_see_the_plan_calls_results_and_answer_in_order_live(world
         assert m.frames.replies[stored.id].text == stored.text  # the answer, apart from the log
         final = next(f for f in m.raw if f'id="msg-{stored.id}"' in f and 'hx-swap-oob="true"' in f)
         assert "<summary>Agent run</summary>" in final and 'data-steps="4"' in final
+        # Ended, its log is rendered once: one line a step or call, the model's Markdown formatted.
+        assert f'<div id="msg-{stored.id}-thinking" class="thinking-body md">' in final
+        (log_html,) = [t.text for t in thinking_shown(final) if t.msg == stored.id]
+        assert "<p>▸ Plan<br>" in log_html and '→ calculate({"expression": "6*7"})' in log_html
+        assert "```" not in log_html and "**" not in log_html  # the model's Markdown, formatted
         labels = [s.group(2) for f in m.raw for s in STATE.finditer(f) if int(s.group(1)) == stored.id]
         assert any(label.startswith("step 2 of 8 ·") for label in labels)  # the budget, live
     assert stored.text and stored.status == "done"

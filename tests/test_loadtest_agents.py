@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from collab.loadtest.agents import AgentWatch, agent_report, calls_of, thinking_of
+from collab.loadtest.agents import AgentWatch, agent_report, calls_of, same_log, thinking_of
 from collab.loadtest.report import REPORT_KEYS, table
 from collab.loadtest.stats import Collector
 from collab.loadtest.wire import parse_frame, thinking_pieces
@@ -70,7 +70,14 @@ def test_thinking_pieces_and_the_final_log_parse() -> None:
     (piece,) = thinking_pieces(thinking_frame(3))
     assert (piece.msg, piece.offset, piece.text) == (9, len("".join(LOG[:3])), LOG[3])
     assert thinking_pieces(b'<div id="msg-9-body" hx-swap-oob="beforeend" data-offset="0">x</div>') == []
-    assert thinking_of(final_frame(FULL).decode()) == FULL
+    shown = thinking_of(final_frame(FULL).decode())
+    assert shown is not None and shown.text == FULL and not shown.rendered
+    # An agent's ended log, rendered (docs/wire.md): the same words count as the same log.
+    rendered = thinking_of(
+        '<div id="msg-9-thinking" class="thinking-body md"><p>▸ Plan<br>\n<strong>1.</strong> alpha</p></div>'
+    )
+    assert rendered is not None and rendered.rendered and same_log("▸ Plan\n**1.** alpha", rendered)
+    assert not same_log("▸ Plan\n**1.** beta", rendered)
     assert thinking_of("<article><div id='msg-9-body'></div></article>") is None
     # The model's words of each call (plan, check, final step), not the headings or tool lines.
     words = [FULL[start : ends[-1]] for start, ends in calls_of(FULL)]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from collab.chat import markup
 from collab.chat.markup import render_markdown, render_now, render_user_markdown
 from tests.test_fuzz import check_rendered
 from tests.test_fuzz import markdown as fuzzed_markdown
@@ -231,3 +232,16 @@ def shown_text(html: str) -> str:
     parser.feed(html)
     parser.close()
     return "".join(parser.parts).replace("\n\n", "\n").strip()
+
+
+def test_an_agents_log_keeps_its_lines_and_formats_the_models_markdown() -> None:
+    """markup.log_markdown: a hard break at each line's end outside fences, so the log's one
+    line a step or call stays one line; fenced code and the model's Markdown render as such."""
+    log = "▸ Plan\n**first** the sum\n→ calculate(6*7)\n```python\nx = 1\ny = 2\n```\n← calculate: 42\n\n✓ Final answer"
+    source = markup.log_markdown(log)
+    assert "x = 1\ny = 2\n```" in source  # fenced code as written: no trailing spaces
+    html = markup.render_now(source, user=False)
+    assert "▸ Plan<br>\n<strong>first</strong> the sum<br>\n→ calculate(6*7)" in html
+    assert "<pre><code" in html and "</code></pre>" in html and "x" in html and "```" not in html
+    assert "← calculate: 42</p>" in html and "<p>✓ Final answer</p>" in html
+    assert markup.log_markdown("a\n~~~\nb\nb2\n~~~\nc").endswith("\n~~~\nb\nb2\n~~~\nc")  # a tilde fence too

@@ -337,6 +337,28 @@ def render_now(text: str, *, user: bool, highlight_s: float = HIGHLIGHT_BUDGET_S
 _BR = "<br>\n"
 
 
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def log_markdown(log: str) -> str:
+    """An agent's run log (chat/agent.py: one step or call a line, and the model's own
+    Markdown) as Markdown that keeps its lines: a hard break (two trailing spaces) at the
+    end of every line followed by another, outside fenced code."""
+    lines, fence = log.split("\n"), ""
+    out = []
+    for i, line in enumerate(lines):
+        opened = _FENCE.match(line)
+        if fence:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = ""
+        elif opened:
+            fence = opened.group(1)
+        elif line.strip() and i + 1 < len(lines) and lines[i + 1].strip():
+            line += "  "
+        out.append(line)
+    return "\n".join(out)
+
+
 def plain(text: str) -> str:
     """`text` as written, escaped, a paragraph per run of lines and a <br> per newline:
     what a render that missed its budget shows. Linear in the text, whatever it holds."""

@@ -313,6 +313,8 @@ class Message(models.Model):
     )
     # A reasoning model's thinking, streamed and stored apart from the answer; never sent back as history.
     reasoning = models.TextField(blank=True)
+    # An agent's run log rendered once at its end (full Markdown, its lines kept); "" otherwise.
+    reasoning_html = models.TextField(blank=True)
     # The model's finish_reason when it is not plain "stop" (for example "length": cut off at the token limit).
     finish_reason = models.CharField(max_length=20, blank=True)
     # An agent's run (chat/agent.py): its model calls so far; its log is `reasoning`. None: a plain reply.

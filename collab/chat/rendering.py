@@ -153,6 +153,7 @@ def article(
             "thinking_length": thinking_from + len(live_thinking) if live_thinking is not None else 0,
             "reasoning": "" if compact else _excerpt(message.reasoning) if thinking_cut else message.reasoning,
             "reasoning_cut": thinking_cut,
+            "reasoning_html": "" if compact or thinking_cut else message.reasoning_html,
             "oob": oob,
             "state": state,
             "cut": cut,

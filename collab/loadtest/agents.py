@@ -40,7 +40,15 @@ from itertools import accumulate
 from typing import Any
 
 from collab.loadtest.stats import Collector, Histogram, percentiles
-from collab.loadtest.wire import Parsed, Piece, thinking_pieces, thinking_shown
+from collab.loadtest.wire import (
+    Parsed,
+    Piece,
+    ThinkingShown,
+    thinking_pieces,
+    thinking_shown,
+    words_of_html,
+    words_of_text,
+)
 from collab.simulator.text import split_tokens
 
 __all__ = ["AGENT_HISTOGRAMS", "AgentWatch", "agent_report", "post_in_turn", "thinking_of"]
@@ -59,10 +67,18 @@ AGENT_HISTOGRAMS = (
 )
 
 
-def thinking_of(article_html: str) -> str | None:
-    """The run log an article shows (its ``thinking-body``), unescaped; None without one."""
+def thinking_of(article_html: str) -> ThinkingShown | None:
+    """The run log an article shows (its ``thinking-body``); None without one."""
     shown = thinking_shown(article_html)
-    return shown[0].text if shown else None
+    return shown[0] if shown else None
+
+
+def same_log(streamed: str, shown: ThinkingShown) -> bool:
+    """Whether an ended run's log shows what streamed: as written, or, rendered at its end
+    (docs/wire.md), the same words."""
+    if shown.rendered:
+        return words_of_text(streamed) == words_of_html(shown.text)
+    return streamed == shown.text
 
 
 @dataclass(slots=True)
@@ -105,7 +121,7 @@ class AgentWatch:
         self.tps = tps
         self.tick_ms = tick_ms
         self._pieces: dict[bytes, list[Piece]] = {}
-        self._final_logs: dict[int, str] = {}  # msg -> the log its final article shows
+        self._final_logs: dict[int, ThinkingShown] = {}  # msg -> the log its final article shows
         self.logs: dict[int, dict[int, Log]] = {}  # msg -> member index -> its view
 
     def prompt(self, mentions: str, nonce: str) -> str:
@@ -162,7 +178,7 @@ class AgentWatch:
                 continue
             col.count("agent_log_chars_lost", log.lost)
             col.count("agent_log_chars_duplicated", log.duplicated)
-            if final_log is not None and log.text != final_log:
+            if final_log is not None and not same_log(log.text, final_log):
                 col.count("agent_log_mismatch")
             if post_at is None:
                 continue
@@ -172,7 +188,8 @@ class AgentWatch:
                 _hist(col, "agent_run_ms").add(run_s * 1000)
                 if steps is not None and run_s > 0:
                     _hist(col, "agent_csteps_per_s").add(100 * steps / run_s)
-        canon = final_log if final_log is not None else max((lg.text for lg in logs.values()), key=len, default="")
+        streamed = max((lg.text for lg in logs.values()), key=len, default="")
+        canon = final_log.text if final_log is not None and not final_log.rendered else streamed  # offsets: raw text
         calls = calls_of(canon)
         if calls and post_at is not None:
             words_at = calls[0][0]

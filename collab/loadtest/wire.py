@@ -55,8 +55,9 @@ _BODY = re.compile(
     r'<div id="msg-\d+-body" class="body (raw|md)">(.*?)</div>\s*(?:<p class="reason"|<div id="msg-\d+-tools"|$)',
     re.S,
 )
-_THINKING_SHOWN = re.compile(
-    r'<div id="msg-(\d+)-thinking" class="thinking-body"(?: data-length="(\d+)")?(?: data-from="(\d+)")?>(.*?)</div>',
+_THINKING_SHOWN = re.compile(  # " md": an agent's ended log, rendered
+    r'<div id="msg-(\d+)-thinking" class="thinking-body( md)?"'
+    r'(?: data-length="(\d+)")?(?: data-from="(\d+)")?>(.*?)</div>',
     re.S,
 )
 _ERROR = re.compile(r'<p class="error" data-code="([^"]+)">(.*?)</p>', re.S)
@@ -116,6 +117,7 @@ class ThinkingShown:
     length: int | None  # data-length: a reply in progress (snapshot), its thinking so far
     start: int | None  # data-from: only the text from here on is shown (too long for the budget)
     text: str  # unescaped
+    rendered: bool = False  # an agent's ended log, as rendered Markdown (text is then HTML)
 
 
 def not_escaped(raw: str | bytes) -> int:
@@ -197,9 +199,10 @@ def thinking_shown(text: str) -> list[ThinkingShown]:
     return [
         ThinkingShown(
             int(m.group(1)),
-            int(m.group(2)) if m.group(2) is not None else None,
             int(m.group(3)) if m.group(3) is not None else None,
-            html.unescape(m.group(4)),
+            int(m.group(4)) if m.group(4) is not None else None,
+            m.group(5) if m.group(2) else html.unescape(m.group(5)),
+            bool(m.group(2)),
         )
         for m in _THINKING_SHOWN.finditer(text)
     ]

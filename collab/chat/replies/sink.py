@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from collab.chat import broadcast, frames, rendering, shared
 from collab.chat.generation import Outcome, ReplyJob
-from collab.chat.markup import arender_markdown
+from collab.chat.markup import arender_markdown, log_markdown
 from collab.chat.models import Message
 from collab.chat.prepared import Prepared, PreparedUpdate
 from collab.chat.replies import early
@@ -177,7 +177,10 @@ class RoomSink:
             if self._checkpoint is not None:
                 await asyncio.shield(self._checkpoint)  # the final text is stored after it, never under it
             html = await arender_markdown(outcome.text) if outcome.text else ""
-            message = await database_sync_to_async(_store_outcome)(self.job, outcome, html, self.placeholder)
+            log_html = ""  # an agent's log: rendered once, at its end (a reasoning model's thinking stays text)
+            if outcome.steps is not None and outcome.reasoning:
+                log_html = await arender_markdown(log_markdown(outcome.reasoning))
+            message = await database_sync_to_async(_store_outcome)(self.job, outcome, html, self.placeholder, log_html)
             await self.announced.wait()
             if message is not None:
                 await send_final(message)
@@ -190,7 +193,9 @@ def _store_text(reply_id: int, text: str, reasoning: str = "") -> None:
     _STREAMING.run({"text": text, "reasoning": reasoning}, reply_id)
 
 
-def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Message | None = None) -> Message | None:
+def _store_outcome(
+    job: ReplyJob, outcome: Outcome, html: str, placeholder: Message | None = None, log_html: str = ""
+) -> Message | None:
     """Store how the reply ended, unless another process already ended it (it
     interrupted a reply whose lease had run out) or it was deleted: then None. Two
     statements: the update, then what changed meanwhile (`_as_stored`) for its final
@@ -212,6 +217,7 @@ def _store_outcome(job: ReplyJob, outcome: Outcome, html: str, placeholder: Mess
         "tps": outcome.tps,
         "cost": cost,
         "reasoning": outcome.reasoning,
+        "reasoning_html": log_html,
         "finish_reason": outcome.finish_reason,
     }
     if outcome.steps is not None:  # an agent's run
