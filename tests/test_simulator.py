@@ -207,6 +207,15 @@ def test_token_offset_with_and_without_tick() -> None:
         assert schedule.write_time(i) >= 50.0 + i / 750.0 - 1e-9
 
 
+def test_a_tick_served_late_sends_only_what_its_tick_had_due() -> None:
+    """Under load the loop wakes for the 150 ms tick at 156 ms: token 31 (due at 155 ms) is
+    the 200 ms tick's, never sent early (test_tick_batches_due_tokens_into_fewer_writes saw it)."""
+    schedule = Schedule(first=0.0, tps=200.0, tick=0.05)
+    assert schedule.due(0.156, 40) == 31 and schedule.write_time(31) == pytest.approx(0.2)
+    assert schedule.due(0.2, 40) == 40 and schedule.due(0.01, 40) == 1
+    assert Schedule(first=0.0, tps=200.0).due(0.156, 40) == 32  # no tick: every token at its due time
+
+
 def test_config_validation() -> None:
     with pytest.raises(ValueError):
         SimConfig(tps=0)

@@ -45,6 +45,8 @@ class Schedule:
         """How many tokens (capped at ``limit``) are due at loop time ``now``."""
         if now < self.first:
             return 0
+        if self.tick > 0:  # a tick served late counts only what its own tick time had due
+            now = self.first + math.floor((now - self.first) / self.tick + _EPS) * self.tick
         return min(limit, math.floor((now - self.first) * self.tps + _EPS) + 1)
 
     def write_time(self, index: int) -> float:

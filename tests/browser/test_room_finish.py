@@ -174,7 +174,7 @@ def test_on_a_desktop_the_actions_show_on_hover_and_focus(chromium: Any, site: A
     bob.wait_for_function("t => getComputedStyle(t).opacity === '1'", arg=tools.element_handle())
     bob.mouse.move(1, 1)
     reply.locator(".act.regenerate").focus()  # by keyboard too
-    assert tools.evaluate("t => getComputedStyle(t).opacity") == "1"
+    bob.wait_for_function("t => getComputedStyle(t).opacity === '1'", arg=tools.element_handle())
     assert not reply.locator(".metrics").is_visible() and "tok/s" not in reply.locator("header").inner_text()
 
 
