@@ -382,6 +382,12 @@ class Message(models.Model):
         return list(zip(self.merge_of, seqs, strict=True))
 
 
+def room_order(message: Any) -> tuple[int, int]:
+    """Where a message shows in its room (a Message, or a history row with `seq` and
+    `slot_seq`): a later version of a reply at its slot's place, then by seq."""
+    return (message.slot_seq or message.seq, message.seq)
+
+
 class RoomDefaults(models.Model):
     """What every room without a setting of its own gets, set by staff in the admin: one row
     (pk 1). A monthly budget here overrides COLLAB_DEFAULT_ROOM_BUDGET_* (services/budgets.py)."""

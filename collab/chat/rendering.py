@@ -28,7 +28,7 @@ from django.template.loader import get_template
 
 from collab.chat import frames
 from collab.chat.events import RoomFrame
-from collab.chat.models import Message, Room
+from collab.chat.models import Message, Room, room_order
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +322,7 @@ def fit(
             break
         chosen[i], used, first = full, used + extra, min(first, i)
     # Shown in the room's order: a later version of a reply in its slot's place (slot_seq).
-    order = sorted(range(first, n), key=lambda i: (messages[i].slot_seq or messages[i].seq, messages[i].seq))
+    order = sorted(range(first, n), key=lambda i: room_order(messages[i]))
     return Page([chosen[i] for i in order], list(messages[first:]), has_older or first > 0)
 
 

@@ -13,6 +13,8 @@ shown (replies/jobs.py).
 
 from __future__ import annotations
 
+import re
+
 from django.db import transaction
 from django.db.models import Case, Value, When
 
@@ -23,18 +25,18 @@ from collab.chat.errors import ClientError
 from collab.chat.models import Message
 from collab.chat.services.rooms import take_token
 
+_NUMBER = re.compile(r"[0-9]{1,5}")  # ASCII digits only, as registry.message_id's
+
 
 def version_number(given: object) -> int | None:
     """A version's number (1 is the first), as an int or a string of ASCII digits; None
     when absent (the version is `message_id` itself)."""
     if given is None:
         return None
-    if isinstance(given, bool) or not isinstance(given, int | str) or not str(given).isascii():
+    digits = _NUMBER.fullmatch(str(given)) if isinstance(given, int | str) and not isinstance(given, bool) else None
+    if digits is None or int(digits.group()) < 1:
         raise ClientError("version.invalid", "version must be a version number (1, 2, ...).")
-    text = str(given)
-    if not text.isdigit() or len(text) > 5 or int(text) < 1:
-        raise ClientError("version.invalid", "version must be a version number (1, 2, ...).")
-    return int(text)
+    return int(digits.group())
 
 
 async def take_version_token(user_id: int, room_id: int) -> None:

@@ -20,7 +20,7 @@ from collab.chat import broadcast, shared
 from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES, HistoryRow, build_context
 from collab.chat.events import RoomFrame
 from collab.chat.generation import ReplyJob, registry
-from collab.chat.models import Assistant, Message, Room
+from collab.chat.models import Assistant, Message, Room, room_order
 from collab.chat.prepared import Prepared
 from collab.chat.replies import agents
 from collab.chat.replies.sink import RoomSink
@@ -39,7 +39,7 @@ def read_history(room: Room, answered: Message) -> list[HistoryRow]:
     only: nobody's personal replies (docs/architecture.md#a-personal-replies); of a reply
     with versions, the one shown alone, in its slot's place (docs/architecture.md#a-versions)."""
     rows = [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq, answered.seq)[::-1]]
-    return sorted(rows, key=lambda r: (r.slot_seq or r.seq, r.seq))
+    return sorted(rows, key=room_order)
 
 
 # Its SQL compiled once (prepared.py): it runs on every post that asks. A version made

@@ -25,7 +25,7 @@ from django.db.models import Q, QuerySet
 from django.utils.safestring import SafeString, mark_safe
 
 from collab.chat.errors import ClientError
-from collab.chat.models import Message, Room
+from collab.chat.models import Message, Room, room_order
 from collab.chat.services import transcripts
 
 MAX_QUERY_CHARS = 200
@@ -136,7 +136,7 @@ def around(room: Room, user_id: int, seq: int) -> tuple[list[Message], bool, boo
     after = list(seen.filter(seq__gt=seq).order_by("seq")[: CONTEXT_AROUND + 1])
     shown = before[: CONTEXT_AROUND + 1][::-1] + after[:CONTEXT_AROUND]
     return (
-        sorted(shown, key=lambda m: (m.slot_seq or m.seq, m.seq)),
+        sorted(shown, key=room_order),
         len(before) > CONTEXT_AROUND + 1,
         len(after) > CONTEXT_AROUND,
     )
