@@ -25,7 +25,7 @@ WATCH_GROWTH = """() => {
   };
   new MutationObserver(() => {
     document.querySelectorAll('article[data-role=assistant]').forEach(seen);
-  }).observe(document.getElementById('messages'), {childList: true, subtree: true, characterData: true});
+  }).observe(document.body, {childList: true, subtree: true, characterData: true});  // the snapshot may replace #messages
 }"""
 
 
@@ -72,9 +72,11 @@ def test_reload_mid_reply_resumes(chromium: Any, site: Any) -> None:
     send(alice, "@slow a long answer please")
     article = streaming_article(alice, 40)
     article_id = article.get_attribute("id")
+    # Watched from the reloaded page's first parse, not after it connects: on a loaded
+    # machine the reply may be far along (or over) by the time the socket is open.
+    alice.add_init_script(f"document.addEventListener('DOMContentLoaded', () => ({WATCH_GROWTH})())")
     alice.reload()
     alice.wait_for_selector("#conn.ok")
-    alice.evaluate(WATCH_GROWTH)
     # The page and its snapshot still know who asked: alice sees Stop, bob (opening now) does not.
     assert alice.locator(f"#{article_id}").get_by_role("button", name="Stop").count() == 1
     bob = open_room(chromium, site, "bob")
