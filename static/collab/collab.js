@@ -215,6 +215,18 @@
       list.addEventListener("click", function (e) { var li = e.target.closest("li"); if (li) pick(li); });
     }
     updateCounter();
+    // A rename arrives as a new #room-name (rendering.room_name): the box's placeholder follows it.
+    var title = byId("room-name"), placeholder = f.text.getAttribute("placeholder") || "";
+    if (title && title.parentNode) {
+      var shown = title.textContent;
+      new MutationObserver(function () {
+        var now = byId("room-name");
+        if (!now || now.textContent === shown) return;
+        placeholder = placeholder.replace("Message " + shown, "Message " + now.textContent);
+        shown = now.textContent;
+        f.text.setAttribute("placeholder", placeholder);
+      }).observe(title.parentNode, {childList: true});
+    }
   }
 
   // --- streaming replies: stream.js formats them -------------------------------------------------

@@ -1,6 +1,6 @@
 """A rename in a real browser: the owner saves a new name on the settings page, and a
-member's open room page shows it in its heading and its title at once, with no reload
-(templates/chat/_room_name.html; docs/wire.md, "The room's **name**")."""
+member's open room page shows it in its heading, its title and its message box at once,
+with no reload (templates/chat/_room_name.html; docs/wire.md, "The room's **name**")."""
 
 from __future__ import annotations
 
@@ -25,3 +25,5 @@ def test_a_rename_reaches_an_open_page_heading_and_title(chromium: Any, site: An
     assert bob.locator("#room-name").inner_text() == "Lab & friends"
     assert bob.evaluate("window.__loaded") == "once"
     assert alice.locator("#room-name").inner_text() == "Lab & friends"
+    # The message box names the room too, and follows the rename without a reload.
+    bob.wait_for_function("() => document.getElementById('message-box').placeholder.startsWith('Message Lab & friends')")
