@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -66,6 +67,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d and d[-1].scope == "module" for d in defs):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)
+def pytest_collection_modifyitems_check_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """After pytest-xdist has grouped the tests (a worker's `loadgroup`), check it did: when
+    it does not (pytest 9.2 with xdist 3.8, pyproject.toml), every worker starts its own
+    copy of a module's Daphne cluster and browser, and the suite takes twice as long."""
+    if not config.getoption("loadgroup", default=False):
+        return
+    lost = [item.nodeid for item in items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        why = f"pytest-xdist's --dist loadgroup grouped none of {len(lost)} tests (e.g. {lost[0]})"
+        print(why, file=sys.__stderr__)  # a worker's error reaches the terminal only as an INTERNALERROR
+        raise pytest.UsageError(why)
 
 
 @pytest.fixture(scope="session", autouse=True)
