@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import requests
+from django.contrib.auth.models import User
+from django.test import Client
 
 from collab.oidc_settings import providers_from_env
 from tests.servers import ROOT
@@ -61,6 +64,12 @@ class LoopbackProvider:
     def apps(self, **extra: str) -> list[dict[str, Any]]:
         return providers_from_env(self.env(**extra))
 
+    def follow(self, url: str) -> str:
+        """A browser's visit to one of the provider's URLs that redirects: where it goes next."""
+        answer = requests.get(url, allow_redirects=False, timeout=5)
+        assert answer.status_code == 302, answer.text
+        return str(answer.headers["Location"])
+
     def approve(self, authorize_url: str) -> str:
         """What the person does at the provider: open its sign-in page, press the button.
         Returns the callback URL the provider sends the browser back to."""
@@ -99,3 +108,35 @@ def path_of(url: str) -> str:
     """The path and query of a URL: what the Django test client is given."""
     parts = urlsplit(url)
     return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+@pytest.fixture(scope="module", name="idp")
+def idp_fixture() -> Iterator[LoopbackProvider]:
+    with running_provider() as provider:
+        yield provider
+
+
+@pytest.fixture(name="oidc")
+def oidc_fixture(idp: LoopbackProvider, settings: Any, monkeypatch: pytest.MonkeyPatch) -> LoopbackProvider:
+    """collab configured for the test provider (as COLLAB_OIDC_* would), the provider reset."""
+    idp.reset()
+    monkeypatch.setenv(SECRET_VARIABLE, SECRET)
+    settings.SOCIALACCOUNT_PROVIDERS = {**settings.SOCIALACCOUNT_PROVIDERS, "openid_connect": {
+        **settings.SOCIALACCOUNT_PROVIDERS["openid_connect"], "APPS": idp.apps(ALLOWED_GROUPS="collab-users",
+                                                                             STAFF_GROUPS="collab-admins"),
+    }}  # fmt: skip
+    return idp
+
+
+def sign_in(client: Client, idp: LoopbackProvider, next_url: str = "") -> Any:
+    """The login page's button, the provider's sign-in form, and collab's callback: its answer."""
+    page = client.get("/accounts/login/")
+    assert b"Sign in with Test SSO" in page.content
+    start = client.post("/accounts/oidc/test/login/" + (f"?next={next_url}" if next_url else ""))
+    assert start.status_code == 302 and start["Location"].startswith(f"{idp.url}/authorize?"), start
+    return client.get(path_of(idp.approve(start["Location"])))
+
+
+def signed_in_as(client: Client) -> str | None:
+    user_id = client.session.get("_auth_user_id")
+    return User.objects.get(pk=user_id).username if user_id else None

@@ -10,7 +10,6 @@ never stored."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,41 +18,18 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from tests.oidc import SECRET, SECRET_VARIABLE, LoopbackProvider, path_of, running_provider
+from tests.oidc import (  # noqa: F401 (fixtures: idp_fixture, oidc_fixture)
+    SECRET,
+    SECRET_VARIABLE,
+    LoopbackProvider,
+    idp_fixture,
+    oidc_fixture,
+    path_of,
+    sign_in,
+    signed_in_as,
+)
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(scope="module")
-def idp() -> Iterator[LoopbackProvider]:
-    with running_provider() as provider:
-        yield provider
-
-
-@pytest.fixture
-def oidc(idp: LoopbackProvider, settings: Any, monkeypatch: pytest.MonkeyPatch) -> LoopbackProvider:
-    """collab configured for the test provider (as COLLAB_OIDC_* would), the provider reset."""
-    idp.reset()
-    monkeypatch.setenv(SECRET_VARIABLE, SECRET)
-    settings.SOCIALACCOUNT_PROVIDERS = {**settings.SOCIALACCOUNT_PROVIDERS, "openid_connect": {
-        **settings.SOCIALACCOUNT_PROVIDERS["openid_connect"], "APPS": idp.apps(ALLOWED_GROUPS="collab-users",
-                                                                             STAFF_GROUPS="collab-admins"),
-    }}  # fmt: skip
-    return idp
-
-
-def sign_in(client: Client, idp: LoopbackProvider, next_url: str = "") -> Any:
-    """The login page's button, the provider's sign-in form, and collab's callback: its answer."""
-    page = client.get("/accounts/login/")
-    assert b"Sign in with Test SSO" in page.content
-    start = client.post("/accounts/oidc/test/login/" + (f"?next={next_url}" if next_url else ""))
-    assert start.status_code == 302 and start["Location"].startswith(f"{idp.url}/authorize?"), start
-    return client.get(path_of(idp.approve(start["Location"])))
-
-
-def signed_in_as(client: Client) -> str | None:
-    user_id = client.session.get("_auth_user_id")
-    return User.objects.get(pk=user_id).username if user_id else None
 
 
 def test_a_full_sign_in_makes_an_account_and_a_return_finds_it_by_subject(oidc: LoopbackProvider) -> None:
