@@ -18,6 +18,8 @@ urlpatterns = [
     # these of allauth's URLs: its own account pages (password reset by email, ...) are not collab's.
     path("accounts/oidc/<str:provider_id>/login/", oidc.login, name="openid_connect_login"),
     path("accounts/oidc/<str:provider_id>/login/callback/", oidc.callback, name="openid_connect_callback"),
+    path("accounts/oidc/cancelled/", signin_views.provider_cancelled, name="socialaccount_login_cancelled"),
+    path("accounts/oidc/conflict/", signin_views.provider_signup_conflict, name="socialaccount_signup"),
     path("r/<slug:slug>/", views.room, name="room"),
     path("r/<slug:slug>/older/", views.room_older, name="room_older"),
     path("r/<slug:slug>/m/<int:message_id>/", views.message_full, name="message_full"),

@@ -11,6 +11,7 @@ never stored."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from allauth.socialaccount.models import SocialAccount, SocialApp, SocialToken
@@ -178,3 +179,30 @@ def test_with_passwords_on_both_ways_are_offered(oidc: LoopbackProvider) -> None
 def test_an_unknown_provider_is_a_404(oidc: LoopbackProvider) -> None:
     answer = Client().post("/accounts/oidc/nope/login/")
     assert answer.status_code == 404
+
+
+def test_declined_or_failed_at_the_provider_says_so(oidc: LoopbackProvider) -> None:
+    client = Client()
+    start = client.post("/accounts/oidc/test/login/")
+    state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
+    declined = client.get(f"/accounts/oidc/test/login/callback/?error=access_denied&state={state}", follow=True)
+    assert declined.redirect_chain[-1][0] == "/accounts/oidc/cancelled/"
+    assert b"You cancelled signing in at the provider" in declined.content
+    start = client.post("/accounts/oidc/test/login/")
+    state = parse_qs(urlsplit(start["Location"]).query)["state"][0]
+    failed = client.get(
+        f"/accounts/oidc/test/login/callback/?error=temporarily_unavailable&error_description=down&state={state}"
+    )
+    refused(failed, "Test SSO answered with an error: temporarily_unavailable (down).", client)
+
+
+def test_a_next_off_this_site_is_not_followed(oidc: LoopbackProvider) -> None:
+    client = Client()
+    done = sign_in(client, oidc, next_url="https://evil.example/")
+    assert done.status_code == 302 and done["Location"] == "/"
+
+
+def test_a_get_to_a_providers_login_url_asks_first(oidc: LoopbackProvider) -> None:
+    """A link or image elsewhere cannot start a sign-in (login CSRF): a GET shows a button."""
+    page = Client().get("/accounts/oidc/test/login/")
+    assert page.status_code == 200 and b"Continue to Test SSO" in page.content  # not a redirect to the provider

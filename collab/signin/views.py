@@ -102,3 +102,20 @@ def logout(request: HttpRequest) -> HttpResponseBase:
     response = auth_views.LogoutView.as_view()(request)
     target = end_session_url(request, provider_id) if provider_id else None
     return HttpResponseRedirect(target) if target else response
+
+
+@login_not_required
+def provider_cancelled(request: HttpRequest) -> HttpResponse:
+    """allauth's redirect when the person declined at the provider (error=access_denied)."""
+    message = "You cancelled signing in at the provider; nothing was changed."
+    context = {"message": message, "title": "Sign-in cancelled"}
+    return render(request, "socialaccount/authentication_error.html", context, status=200)
+
+
+@login_not_required
+def provider_signup_conflict(request: HttpRequest) -> HttpResponse:
+    """allauth's redirect to its sign-up form when it cannot make the account on its own (an
+    address it already knows for another account); collab has no such form: staff decide."""
+    request.session.pop("socialaccount_sociallogin", None)
+    message = "Another account here already has your email address, so no account was made. Ask staff to link them."
+    return render(request, "socialaccount/authentication_error.html", {"message": message}, status=409)
