@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import axe_violations, screenshot
 from tests.oidc import LoopbackProvider, running_provider
 from tests.servers import Daphne, manage, start_daphne
 
@@ -49,6 +49,8 @@ def test_signing_in_and_out_through_the_provider_in_chromium(
     page = chromium.new_context().new_page()
     page.goto(f"{site.url}/accounts/login/")
     assert page.locator("input[name=password]").count() == 0  # passwords are off
+    assert axe_violations(page) == []
+    screenshot(page, "oidc-login")
     page.get_by_role("button", name="Sign in with Test SSO").click()
     page.wait_for_url(f"{idp.url}/authorize?**")
     page.locator("#approve").click()  # the provider's own sign-in page
