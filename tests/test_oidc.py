@@ -19,6 +19,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
+from collab.oidc_settings import providers_from_env
 from tests.oidc import (  # noqa: F401 (fixtures: idp_fixture, oidc_fixture)
     SECRET,
     SECRET_VARIABLE,
@@ -206,3 +207,14 @@ def test_a_get_to_a_providers_login_url_asks_first(oidc: LoopbackProvider) -> No
     """A link or image elsewhere cannot start a sign-in (login CSRF): a GET shows a button."""
     page = Client().get("/accounts/oidc/test/login/")
     assert page.status_code == 200 and b"Continue to Test SSO" in page.content  # not a redirect to the provider
+
+
+def test_a_provider_that_cannot_be_reached_is_named(oidc: LoopbackProvider, settings: Any) -> None:
+    from tests.servers import free_port
+
+    down = {**oidc.env(), "COLLAB_OIDC_TEST_ISSUER": f"http://127.0.0.1:{free_port()}"}
+    settings.SOCIALACCOUNT_PROVIDERS = {"openid_connect": {
+        **settings.SOCIALACCOUNT_PROVIDERS["openid_connect"], "APPS": providers_from_env(down),
+    }}  # fmt: skip
+    client = Client()
+    refused(client.post("/accounts/oidc/test/login/"), "Test SSO cannot be reached now (ConnectionError)", client)

@@ -18,6 +18,8 @@ import secrets
 from typing import Any
 
 import jwt
+import requests
+from allauth.socialaccount.helpers import render_authentication_error
 from allauth.socialaccount.internal import jwtkit
 from allauth.socialaccount.providers.oauth2.client import OAuth2Client, OAuth2Error
 from allauth.socialaccount.providers.oauth2.views import OAuth2CallbackView, OAuth2LoginView
@@ -50,8 +52,12 @@ class Adapter(OpenIDConnectOAuth2Adapter):
 
     @property
     def openid_config(self) -> dict[str, Any]:
-        config: dict[str, Any] = super().openid_config
-        issuer = self.get_provider().app.settings["server_url"].rstrip("/")
+        app = self.get_provider().app
+        try:
+            config: dict[str, Any] = super().openid_config
+        except (requests.RequestException, ValueError) as exc:
+            raise SignInRefused(f"{app.name} cannot be reached now ({type(exc).__name__}); try again later.") from None
+        issuer = app.settings["server_url"].rstrip("/")
         if str(config.get("issuer", "")).rstrip("/") != issuer:
             raise SignInRefused(f"The provider's discovery document names another issuer than {issuer}.")
         return config
@@ -111,7 +117,10 @@ class Provider(OpenIDConnectProvider):
         auth_params = dict(kwargs.pop("auth_params", None) or self.get_auth_params())
         auth_params["nonce"] = nonce
         # The state is stashed in the session with every extra keyword: the nonce with it.
-        return super().redirect(request, process, next_url, data, auth_params=auth_params, nonce=nonce, **kwargs)
+        try:
+            return super().redirect(request, process, next_url, data, auth_params=auth_params, nonce=nonce, **kwargs)
+        except SignInRefused as exc:  # discovery failed before allauth's own handler
+            return render_authentication_error(request, self, exception=exc)
 
 
 class CallbackView(OAuth2CallbackView):
