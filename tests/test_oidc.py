@@ -218,3 +218,10 @@ def test_a_provider_that_cannot_be_reached_is_named(oidc: LoopbackProvider, sett
     }}  # fmt: skip
     client = Client()
     refused(client.post("/accounts/oidc/test/login/"), "Test SSO cannot be reached now (ConnectionError)", client)
+
+
+def test_a_deactivated_account_is_refused(oidc: LoopbackProvider) -> None:
+    assert sign_in(Client(), oidc).status_code == 302
+    User.objects.filter(username="alice").update(is_active=False)
+    client = Client()
+    refused(sign_in(client, oidc), "Your collab account is deactivated", client)

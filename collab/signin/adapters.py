@@ -79,6 +79,8 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
             raise refuse(request, app.name, f"Your account at {app.name} is not in a group allowed to use collab.")
         if not sociallogin.is_existing:
             self._link_or_refuse(request, sociallogin, app.name, claims)
+        elif not sociallogin.user.is_active:  # allauth would redirect to its own page for that
+            raise refuse(request, app.name, "Your collab account is deactivated. Ask staff.")
         staff_groups = set(options.get("staff_groups") or [])
         if staff_groups:
             sociallogin.user.is_staff = bool(groups & staff_groups)
