@@ -16,6 +16,8 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from collab import oidc_settings
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -76,7 +78,13 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "axes",
+    # Sign-in through OpenID Connect providers (docs/architecture/sign-in.md).
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "collab.chat",
+    "collab.signin",
     "collab.simulator",
     "collab.loadtest",
 ]
@@ -92,6 +100,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks
 ]
 
@@ -108,6 +117,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "collab.signin.context.sign_in",
             ],
         },
     }
@@ -203,7 +213,31 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
 AXES_VERBOSE = False
 SESSION_COOKIE_HTTPONLY = True
+# Lax, not Strict: the provider's redirect back to the callback is a cross-site navigation
+# that must carry the session holding the sign-in's state (docs/architecture/sign-in.md).
 SESSION_COOKIE_SAMESITE = "Lax"
+
+# Single sign-on (README "Signing in through your identity provider"): OpenID Connect
+# providers from COLLAB_OIDC_* (collab/oidc_settings.py), through django-allauth, whose
+# settings-based APPS keep providers and secrets out of the database. COLLAB_PASSWORD_LOGIN=0:
+# the providers are the only way in (no password form, no admin password login, no signup).
+COLLAB_PASSWORD_LOGIN = env_flag("COLLAB_PASSWORD_LOGIN", default=True)
+# The ID token's exp, iat and nbf are checked with this much leeway for clocks that differ.
+COLLAB_OIDC_CLOCK_SKEW_S = env_int("COLLAB_OIDC_CLOCK_SKEW_S", 60)
+SOCIALACCOUNT_PROVIDERS: dict[str, Any] = {
+    "openid_connect": {
+        "provider_class": "collab.signin.oidc.Provider",
+        "APPS": oidc_settings.providers_from_env(os.environ),
+    }
+}
+if COLLAB_PASSWORD_LOGIN is False and not SOCIALACCOUNT_PROVIDERS["openid_connect"]["APPS"]:
+    raise ImproperlyConfigured("COLLAB_PASSWORD_LOGIN=0 needs at least one provider in COLLAB_OIDC_PROVIDERS.")
+ACCOUNT_ADAPTER = "collab.signin.adapters.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "collab.signin.adapters.SocialAccountAdapter"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_STORE_TOKENS = False  # no access or refresh token is kept
+ACCOUNT_EMAIL_VERIFICATION = SOCIALACCOUNT_EMAIL_VERIFICATION = "none"  # the provider's word decides (adapters.py)
+SOCIALACCOUNT_LOGIN_ON_GET = False  # a GET to a provider's login URL shows a button: no login CSRF
 
 # --- HTTPS ----------------------------------------------------------------------
 # COLLAB_HTTPS: the site is served over HTTPS, here or by a proxy in front (deploy/nginx.conf

@@ -1,19 +1,25 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.templatetags.static import static
 from django.urls import path, re_path
-from django.views.decorators.http import require_http_methods
 from django.views.generic import RedirectView
 
 from collab.chat import history_views, settings_views, views
+from collab.signin import oidc
+from collab.signin import views as signin_views
 
 urlpatterns = [
     path("", views.rooms, name="rooms"),
     # PUT would be a POST to Django's FormView: only the methods a browser uses.
-    path("accounts/login/", require_http_methods(["GET", "POST"])(auth_views.LoginView.as_view()), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("accounts/signup/", views.signup, name="signup"),
+    path("accounts/login/", signin_views.login, name="login"),
+    path("accounts/logout/", signin_views.logout, name="logout"),
+    path("accounts/signup/", signin_views.signup, name="signup"),
+    # OpenID Connect (collab/signin/oidc.py): the names allauth's provider reverses. Only
+    # these of allauth's URLs: its own account pages (password reset by email, ...) are not collab's.
+    path("accounts/oidc/<str:provider_id>/login/", oidc.login, name="openid_connect_login"),
+    path("accounts/oidc/<str:provider_id>/login/callback/", oidc.callback, name="openid_connect_callback"),
+    path("accounts/oidc/cancelled/", signin_views.provider_cancelled, name="socialaccount_login_cancelled"),
+    path("accounts/oidc/conflict/", signin_views.provider_signup_conflict, name="socialaccount_signup"),
     path("r/<slug:slug>/", views.room, name="room"),
     path("r/<slug:slug>/older/", views.room_older, name="room_older"),
     path("r/<slug:slug>/m/<int:message_id>/", views.message_full, name="message_full"),
@@ -34,5 +40,7 @@ urlpatterns = [
     ),
     path("metrics", views.metrics_view, name="metrics"),
     path("docs/providers/", views.provider_docs, name="docs_providers"),
+    # With COLLAB_PASSWORD_LOGIN=0 the admin's password form is closed too (signin/views.py).
+    path("admin/login/", signin_views.admin_gate(admin.site.login), name="admin_login_gate"),
     path("admin/", admin.site.urls),
 ]

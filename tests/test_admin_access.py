@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from allauth.socialaccount.models import SocialAccount
 from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.apps import apps
 from django.conf import settings
@@ -172,6 +173,7 @@ def world() -> World:
         ),
         AccessLog: AccessLog.objects.create(**access, path_info="/accounts/login/"),
         AccessFailureLog: AccessFailureLog.objects.create(**access, path_info="/accounts/login/"),
+        SocialAccount: SocialAccount.objects.create(user=quentin, provider="corp", uid="u-quentin"),
     }
     missing = [m._meta.label for m in admin.site._registry if m not in objects]
     assert not missing, f"the admin serves {missing}: give the fixture an object of each"
