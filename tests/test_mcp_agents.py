@@ -70,7 +70,7 @@ async def test_an_agent_calls_mcp_tools_over_http_and_stdio_and_each_failure_is_
         '{{tool web__echo {"text": "<img src=x onerror=alert(1)>"}}}{{tool web__big {}}}'
         "{{next}}"
         '{{tool web__fail {"why": "testing"}}}{{tool web__hang {}}}{{tool local__die {}}}'
-        "{{tool gone__add {}}}{{tool private__add {}}}"
+        "{{tool gone__add {}}}{{tool private__add {}}}{{tool web__bad_schema {}}}"
     )
     async with member(world.alice) as alice:
         stored = await run_to_end(alice, f"@planner {marker} {script}", timeout=90)
@@ -85,6 +85,8 @@ async def test_an_agent_calls_mcp_tools_over_http_and_stdio_and_each_failure_is_
         "✗ gone__add: gone: could not connect to the server (is it down?)",
         "✗ private__add: private: refused: 10.9.8.7 is a private address; outbound calls go to public "
         "addresses only, unless the operator allows the network in COLLAB_TOOL_ALLOWED_NETWORKS",
+        "✗ web__bad_schema: web__bad_schema is not offered: its input schema is not valid JSON Schema "
+        "(at properties/x/type: 'nonsense' is not valid under any of the given schemas)",
     ]
     assert shown[-1] == "✓ Final answer" and stored.status == "done" and stored.text  # the run went on
     # Inert: escaped in every frame the room got.

@@ -73,6 +73,15 @@ def attached(assistant: Assistant) -> list[McpTool]:
     ]
 
 
+def withheld(assistant: Assistant) -> dict[str, str]:
+    """The MCP tools attached to this assistant but not offered, and why: a model that calls
+    one anyway (a stale plan, a script) is told that, not just "no tool named"."""
+    if not assistant.pk:
+        return {}
+    rows = assistant.mcp_tools.exclude(server__enabled=True, schema_error="").select_related("server")
+    return {t.offered_as: t.schema_error or f"its MCP server {t.server.name} is turned off" for t in rows}
+
+
 def _record(tool: McpTool, caller: Caller, duration_ms: int, outcome: str, detail: str) -> None:
     asker = User.objects.filter(pk=caller.asker_id).only("username").first() if caller.asker_id else None
     McpCall.objects.create(

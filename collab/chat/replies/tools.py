@@ -212,6 +212,7 @@ class Toolbox:
     specs: list[ToolSpec] = field(default_factory=list)
     http: dict[str, HttpTool] = field(default_factory=dict)
     mcp: dict[str, McpTool] = field(default_factory=dict)
+    withheld: dict[str, str] = field(default_factory=dict)  # attached MCP tools not offered, and why
 
     def schemas(self) -> list[dict[str, Any]]:
         """The OpenAI `tools` parameter."""
@@ -224,6 +225,8 @@ class Toolbox:
         for s in self.specs:
             if s.name == name:
                 return s
+        if name in self.withheld:
+            raise ToolError(f"{name} is not offered: {self.withheld[name]}")
         known = ", ".join(s.name for s in self.specs)
         raise ToolError(f"no tool named {name[:64]!r} (the tools: {known})")
 
@@ -280,4 +283,5 @@ def toolbox_for(assistant: Assistant, room: Room, asker: User | None, reply: Mes
         specs=[*BUILTINS, *(t.spec for t in attached), *(t.spec for t in from_mcp)],
         http={t.spec.name: t for t in attached},
         mcp={t.spec.name: t for t in from_mcp},
+        withheld=mcp_tools.withheld(assistant),
     )
