@@ -11,17 +11,22 @@ The agent's run end to end is tests/test_mcp_agents.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+import mcp_types
 import pytest
 from django.core.exceptions import ValidationError
 
 from collab.chat.mcp_models import check_input_schema, offered_name
-from collab.chat.models import McpServer
+from collab.chat.models import McpCall, McpServer
+from collab.chat.replies import mcp_tools
+from collab.chat.replies.tool_spec import ToolSpec
 from collab.chat.services import mcp, mcp_catalog
+from tests.conftest import World
 from tests.servers import ROOT, free_port
 
 SERVER = str(ROOT / "tests" / "mcp_server.py")
@@ -280,3 +285,42 @@ def test_listing_over_stdio_drops_tools_no_longer_listed(stdio_on: None) -> None
     assert sorted(server.tools.values_list("offered_as", flat=True)) == [
         "local__add", "local__bad_schema", "local__big", "local__die", "local__echo", "local__fail", "local__hang",
     ]  # fmt: skip
+
+
+async def test_a_name_that_resolves_to_loopback_is_refused_at_call_time(http_server: McpProcess, settings: Any) -> None:
+    settings.COLLAB_TOOL_ALLOWED_NETWORKS = []  # checked on the address connected to, not on the name
+    with pytest.raises(mcp.McpFailure) as failed:
+        await mcp.call_tool(http(http_server.url.replace("127.0.0.1", "localhost")), "add", {"a": 1, "b": 2})
+    assert failed.value.outcome == "refused" and "localhost (127.0.0.1) is a loopback address" in str(failed.value)
+
+
+def test_names_the_model_cannot_be_given_are_not_offered() -> None:
+    def tool(name: str) -> mcp_types.Tool:
+        return mcp_types.Tool(name=name, input_schema={"type": "object"})
+
+    problems = mcp_catalog._problems("docs", [tool("read.page"), tool("read_page"), tool("x" * 70), tool("ok")])
+    assert problems == {
+        "read_page": "its name makes 'docs__read_page', as 'read.page' does",
+        "x" * 70: f"its name makes {('docs__' + 'x' * 70)[:70]!r}, longer than the model's 64 characters",
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_call_stopped_with_its_run_is_still_audited(world: World, allow_loopback: None) -> None:
+    server = await McpServer.objects.acreate(name="web", url="http://unused.example/mcp")
+    doomed = McpProcess()
+    try:
+        ep = dataclasses.replace(http(doomed.url), server_id=server.pk)
+        tool = mcp_tools.McpTool(ToolSpec("web__hang", "", {"type": "object"}, 10.0), ep, "hang", 0)
+        caller = mcp_tools.Caller(world.room, world.alice.pk, None)
+        call = asyncio.ensure_future(mcp_tools.call(tool, {}, caller))
+        await asyncio.to_thread(doomed.wait_for_line, "hanging")
+        call.cancel()  # a stop: the run's task is cancelled while it awaits the tool
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        doomed.stop()
+    row = await McpCall.objects.aget()
+    assert (row.outcome, row.asker_name, row.room_name, row.server_id, row.tool_name) == (
+        "stopped", "alice", world.room.name, server.pk, "hang",
+    )  # fmt: skip
