@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from collab.loadtest.agents import AgentWatch, agent_report, calls_of, same_log, thinking_of
 from collab.loadtest.report import REPORT_KEYS, table
@@ -200,3 +202,18 @@ def test_agents_run_through_an_mcp_server_end_to_end(tmp_path: Path, transport: 
     with sqlite3.connect(run / "db.sqlite3") as db:
         calls = db.execute("SELECT tool_name, outcome FROM chat_mcpcall ORDER BY id").fetchall()
     assert sorted(calls) == [("add", "ok"), ("add", "ok"), ("echo", "ok"), ("echo", "ok")]
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["--scenario", "one-room", "--mcp", "http"], "--mcp is for the agents scenario"),
+        (
+            ["--scenario", "agents", "--mcp", "http", "--target", "http://x", "--credentials", "c.json"],
+            "not with --target",
+        ),
+    ],
+)
+def test_mcp_is_refused_where_it_cannot_apply(args: list[str], refusal: str) -> None:
+    with pytest.raises(CommandError, match=refusal):
+        call_command("loadtest", *args)

@@ -56,7 +56,7 @@ def _check_templates(values: Any, key_re: re.Pattern[str], what: str) -> str | N
 
 def check_input_schema(schema: Any) -> str | None:
     """Why a tool's input schema cannot be offered to the model, else None (the tool is offered)."""
-    from jsonschema import SchemaError, validators  # the mcp SDK's own dependency
+    from jsonschema import SchemaError, validators  # loaded when a listing is checked, not with the models
 
     if not isinstance(schema, dict):
         return "its input schema is not a JSON object"
