@@ -311,6 +311,11 @@ for _network in COLLAB_TOOL_ALLOWED_NETWORKS:
             f"COLLAB_TOOL_ALLOWED_NETWORKS: {_network!r} is not a network (write e.g. 10.1.2.0/24 or 127.0.0.1/32)."
         ) from None
 COLLAB_TOOL_KEY_VARIABLES = [n.strip() for n in env("COLLAB_TOOL_KEY_VARIABLES").split(",") if n.strip()]
+# MCP servers (docs/architecture/agents.md, "MCP servers"): stdio servers run a command
+# staff typed on this machine, so only where the operator allows it; the tools' lists are
+# refreshed this often by `manage.py refresh_mcp_tools --every`, which `serve` starts.
+COLLAB_MCP_STDIO = env_flag("COLLAB_MCP_STDIO", False)
+COLLAB_MCP_REFRESH_S = env_float("COLLAB_MCP_REFRESH_S", 900.0)
 
 
 def env_limit(name: str, kind: type[int] | type[Decimal]) -> Any:

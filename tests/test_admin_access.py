@@ -36,6 +36,9 @@ from collab.chat.models import (
     Assistant,
     AuditEntry,
     Ban,
+    McpCall,
+    McpServer,
+    McpTool,
     Membership,
     Message,
     Provider,
@@ -154,6 +157,19 @@ def world() -> World:
     )
     Room.objects.filter(pk=room.pk).update(last_seq=2)
     entry = AuditEntry.objects.create(actor=root, actor_name="root", action="lock", room=room, room_name=room.slug)
+    mcp_server = McpServer.objects.create(name="pineapple", url="http://127.0.0.1:9/mcp", enabled=True)
+    mcp_tool = McpTool.objects.create(
+        server=mcp_server,
+        name="peel",
+        offered_as="pineapple__peel",
+        input_schema={"type": "object"},
+        listed_at=entry.at,
+    )
+    mcp_tool.assistants.add(assistant)
+    mcp_call = McpCall.objects.create(
+        asker=mallory, asker_name="mallory", room=room, room_name=room.name, reply=reply, server=mcp_server,
+        server_name="pineapple", tool_name="peel", duration_ms=12, outcome=McpCall.Outcome.OK,
+    )  # fmt: skip
     access = {"user_agent": "test", "ip_address": "127.0.0.1", "username": "quentin", "http_accept": "*/*"}
     objects: dict[type[models.Model], models.Model] = {
         User: quentin,
@@ -168,6 +184,9 @@ def world() -> World:
         Vote: Vote.objects.create(message=reply, voter=quentin, voter_name="quentin", value=Vote.Value.UP),
         Tool: Tool.objects.create(name="pineapple_lookup", description="d", url="http://127.0.0.1:9/", enabled=True),
         RoomDefaults: RoomDefaults.objects.create(pk=1, budget_tokens=5),
+        McpServer: mcp_server,
+        McpTool: mcp_tool,
+        McpCall: mcp_call,
         AccessAttempt: AccessAttempt.objects.create(
             **access, path_info="/accounts/login/", get_data="", post_data="", failures_since_start=1
         ),

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import html
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from collab.loadtest.agents import AgentWatch, agent_report, calls_of, same_log, thinking_of
 from collab.loadtest.report import REPORT_KEYS, table
@@ -175,3 +178,42 @@ def test_agents_run_end_to_end(tmp_path: Path) -> None:
     assert report["delivery_lag_ms"]["count"] > 0 and report["skew_ms"]["count"] > 0
     assert isinstance(report["server_cpu_percent"], int | float)
     assert "agents: 2 runs" in proc.stdout and "agents (1 rooms): 2 runs" in table([report])
+
+
+@pytest.mark.loadtest
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_agents_run_through_an_mcp_server_end_to_end(tmp_path: Path, transport: str) -> None:
+    """`--mcp`: the run starts the load test's MCP server (or registers it as a stdio child),
+    the agents' two rounds call its tools, and every call ends well, audited."""
+    out, run = tmp_path / "out.json", tmp_path / "run"
+    cmd = [
+        sys.executable, str(ROOT / "manage.py"), "loadtest", "--scenario", "agents", "--mcp", transport,
+        "--members", "3", "--runs", "2", "--duration", "4", "--reply-tokens", "100", "--json", str(out),
+        "--keep", str(run),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=540, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["params"]["mcp"] == transport and "loadmcp__add" in report["params"]["agent_script"]
+    agents = report["agents"]
+    assert agents["runs"] == 2 and agents["steps"]["p50"] == agents["steps"]["max"] == 6
+    assert agents["finals_missing"] == agents["log_mismatch"] == 0 and report["replies_failed"] == 0
+    with sqlite3.connect(run / "db.sqlite3") as db:
+        calls = db.execute("SELECT tool_name, outcome FROM chat_mcpcall ORDER BY id").fetchall()
+    assert sorted(calls) == [("add", "ok"), ("add", "ok"), ("echo", "ok"), ("echo", "ok")]
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["--scenario", "one-room", "--mcp", "http"], "--mcp is for the agents scenario"),
+        (
+            ["--scenario", "agents", "--mcp", "http", "--target", "http://x", "--credentials", "c.json"],
+            "not with --target",
+        ),
+    ],
+)
+def test_mcp_is_refused_where_it_cannot_apply(args: list[str], refusal: str) -> None:
+    with pytest.raises(CommandError, match=refusal):
+        call_command("loadtest", *args)

@@ -1,5 +1,6 @@
 """Where staff-configured outbound calls may go, and with which keys (README "Security";
-issue 33): the agents' HTTP tools today (replies/http_tools.py), the MCP servers later.
+issue 33): the agents' HTTP tools (replies/http_tools.py) and MCP servers over HTTP
+(services/mcp.py hands `client()` to the mcp SDK; docs/architecture/agents.md, "MCP servers").
 
 Addresses. A call never connects to a loopback, private, link-local (cloud metadata:
 169.254.169.254, fd00:ec2::254), shared, reserved, multicast or unspecified address, nor

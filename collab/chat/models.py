@@ -13,6 +13,7 @@ from django.db import models
 from django.urls import reverse
 
 from collab.chat import provider_env
+from collab.chat.mcp_models import McpCall, McpServer, McpTool  # noqa: F401 (re-exported: part of this app's models)
 from collab.chat.provider_models import (  # noqa: F401 (re-exported: part of this app's models)
     HANDLE_RE,
     Provider,
@@ -52,6 +53,13 @@ class Assistant(models.Model):
     )
     tools = models.ManyToManyField(
         Tool, blank=True, related_name="assistants", help_text="HTTP tools it may call (the built-ins: always)."
+    )
+    mcp_tools = models.ManyToManyField(
+        McpTool,
+        blank=True,
+        related_name="assistants",
+        verbose_name="MCP tools",
+        help_text="MCP servers' tools it may call (offered while the server is enabled and the schema valid).",
     )
 
     class Availability(models.TextChoices):

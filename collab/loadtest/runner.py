@@ -75,6 +75,7 @@ def _level_params(sc: Scenario, level: Level, opts: Options, servers: Servers) -
         "model_ttft_ms": sc.ttft_ms,
         "reply_tokens": sc.reply_tokens,
         **({"agent_script": sc.agent_script, "runs": sc.runs} if sc.agent_script else {}),
+        **({"mcp": sc.mcp} if sc.mcp else {}),
         "sim_tick_ms": sc.tick_ms,
         "coalesce_ms": sc.coalesce_ms,
         "layer": servers.layer,

@@ -36,6 +36,9 @@ class Scenario:
     # Agents (issue 13): the seeded assistants are agents and every post is this script of
     # tool calls for the simulated model (collab/simulator/README.md, "Tool calls (agents)").
     agent_script: str = ""
+    # `--mcp http|stdio` (issue 37): the agents' tools are an MCP server's, started by the run
+    # (collab/loadtest/mcp_server.py), over Streamable HTTP or as a stdio child per call.
+    mcp: str = ""
     runs: int = 0  # > 0: that many posts per room, one after another, instead of Poisson arrivals
 
     @property
@@ -59,6 +62,9 @@ class Scenario:
             return 0.0
         return self.offered / (self.mentions * self.reply_s())
 
+
+# The agents scenario's script with `--mcp`: the same two rounds, each an MCP tool's call.
+MCP_AGENT_SCRIPT = '{{tool loadmcp__add {"a": 6, "b": 36}}}{{next}}{{tool loadmcp__echo {"text": "on time"}}}'
 
 # Many-rooms and naive share everything but the two settings the comparison is about.
 _SWEEP_LEVELS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40, 48, 64]

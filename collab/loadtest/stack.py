@@ -144,6 +144,7 @@ class Stack:
         self.env: dict[str, str] = {}
         self.targets: list[str] = []  # one base URL per server process
         self.model_url = ""
+        self.mcp_url = ""  # `--mcp http`: the load test's MCP server
         self.redis_url = ""
         self.metrics_token = secrets.token_urlsafe(16)  # GET /metrics of each server process
         self.credentials: dict[str, Any] = {}
@@ -191,6 +192,8 @@ class Stack:
         )  # fmt: skip
         self.model_url = self._announced_url(sim)
         self.sampler.watch("simulator", sim.pid)
+        if sc.mcp:
+            self._start_mcp(env)
         # The app's settings.
         env.update(
             {
@@ -223,6 +226,7 @@ class Stack:
             "seed_loadtest", "--rooms", str(rooms), "--users-per-room", str(members),
             "--assistants", str(sc.assistants), "--output", str(seed), "--password", PASSWORD,
             "--prefix", "load", *(["--agents"] if sc.agent_script else []),
+            *(["--mcp", self.mcp_url or "stdio"] if sc.mcp else []),
         )  # fmt: skip
         if sc.login == "session":
             with_sessions = self.workdir / "seed-sessions.json"
@@ -265,19 +269,38 @@ class Stack:
         if proc.returncode != 0:
             raise RuntimeError(f"manage.py {name} failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
 
-    def _announced_url(self, proc: subprocess.Popen[bytes]) -> str:
+    def _announced_url(
+        self,
+        proc: subprocess.Popen[bytes],
+        name: str = "simulator",
+        pattern: str = r"simulated model on (http://\S+/v1)",
+    ) -> str:
         deadline = time.monotonic() + _START_TIMEOUT_S
-        log = self.workdir / "simulator.log"
+        log = self.workdir / f"{name}.log"
         while time.monotonic() < deadline:
             text = log.read_text(errors="replace") if log.exists() else ""
-            m = re.search(r"simulated model on (http://\S+/v1)", text)
+            m = re.search(pattern, text)
             if m:
-                wait_http(m.group(1) + "/models", proc, "the simulator")
-                return m.group(1)
+                if name == "simulator":
+                    wait_http(m.group(1) + "/models", proc, "the simulator")
+                return m.group(1)  # the MCP server announces its port once it accepts connections
             if proc.poll() is not None:
-                raise RuntimeError(f"the simulator exited:\n{text[-2000:]}")
+                raise RuntimeError(f"the {name} exited:\n{text[-2000:]}")
             time.sleep(0.05)  # polling a starting process's log
-        raise RuntimeError("the simulator did not start")
+        raise RuntimeError(f"the {name} did not start")
+
+    def _start_mcp(self, env: dict[str, str]) -> None:
+        """`--mcp`: the agents' tools are the load test's MCP server's (docs/loadtest.md). Over
+        HTTP it runs here, on loopback, which the servers are allowed to reach; over stdio
+        each call starts it as a child of the server process."""
+        if self.sc.mcp == "stdio":
+            env["COLLAB_MCP_STDIO"] = "1"
+            return
+        cmd = [sys.executable, "-m", "collab.loadtest.mcp_server", "--port", "0"]
+        proc = self.procs.start("mcp", cmd, env)
+        self.mcp_url = self._announced_url(proc, "mcp", r"mcp server on (http://\S+/mcp)")
+        self.sampler.watch("mcp", proc.pid)
+        env["COLLAB_TOOL_ALLOWED_NETWORKS"] = "127.0.0.1/32"
 
     def _start_redis(self, env: Mapping[str, str]) -> str:
         if self.opts.redis == "env":

@@ -4,6 +4,8 @@
 - rooms.py: rooms (status, members online, replies streaming, cost; lock, archive, close,
   stop all, export), memberships and roles, bans, messages;
 - tools.py: agents' HTTP tools (audited like providers);
+- mcp.py: MCP servers (audited like tools, with an action listing their tools), their
+  tools (attached to assistants), and the audit of each call, read-only;
 - defaults.py: the room defaults (the monthly budget of rooms without one), audited;
 - audit.py: the audit log, read-only;
 - votes.py: votes on replies, read-only, filterable by room;
@@ -11,6 +13,6 @@
 - usage.py: tokens and cost per day, as a chart, a table and CSV.
 """
 
-from collab.chat.admin import audit, defaults, providers, rooms, tools, votes
+from collab.chat.admin import audit, defaults, mcp, providers, rooms, tools, votes
 
-__all__ = ["audit", "defaults", "providers", "rooms", "tools", "votes"]
+__all__ = ["audit", "defaults", "mcp", "providers", "rooms", "tools", "votes"]

@@ -74,7 +74,7 @@ class AssistantAdmin(AuditedAdmin):
     search_fields = ["handle", "display_name"]
     # is_agent, agent_steps, agent_tokens and tools: in the form as model fields; who may use
     # it (services/availability.py): available_to, and the rooms and groups granted it.
-    filter_horizontal = ["tools", "granted_rooms", "granted_groups"]
+    filter_horizontal = ["tools", "mcp_tools", "granted_rooms", "granted_groups"]
 
     audit_as = "assistant"  # its provider, model and prompt decide what rooms are sent and billed
 

@@ -1,6 +1,6 @@
 """The tools an agent may call (docs/architecture.md#a-agents): the built-ins, always
-there, and the HTTP tools staff registered (http_tools.py), enabled and attached
-to that assistant.
+there, the HTTP tools staff registered (http_tools.py), enabled and attached to that
+assistant, and the MCP servers' tools attached to it (mcp_tools.py).
 
 `toolbox_for` is built in a sync context (it reads the database); `Toolbox.call` runs in
 the event loop, its database work through `database_sync_to_async`. Every built-in is
@@ -25,8 +25,9 @@ from collab.chat import calculator, shared
 from collab.chat.errors import ClientError
 from collab.chat.models import Assistant, Ban, Membership, Message, Room
 from collab.chat.provider_models import BUILTIN_TOOL_NAMES
-from collab.chat.replies import http_tools
+from collab.chat.replies import http_tools, mcp_tools
 from collab.chat.replies.http_tools import HttpTool
+from collab.chat.replies.mcp_tools import McpTool
 from collab.chat.replies.tool_spec import ToolError, ToolSpec
 from collab.chat.services import history
 from collab.chat.services.rooms import members_of
@@ -210,6 +211,8 @@ class Toolbox:
     reader_id: int | None = None  # a personal run's recipient; None: shared messages only
     specs: list[ToolSpec] = field(default_factory=list)
     http: dict[str, HttpTool] = field(default_factory=dict)
+    mcp: dict[str, McpTool] = field(default_factory=dict)
+    withheld: dict[str, str] = field(default_factory=dict)  # attached MCP tools not offered, and why
 
     def schemas(self) -> list[dict[str, Any]]:
         """The OpenAI `tools` parameter."""
@@ -222,6 +225,8 @@ class Toolbox:
         for s in self.specs:
             if s.name == name:
                 return s
+        if name in self.withheld:
+            raise ToolError(f"{name} is not offered: {self.withheld[name]}")
         known = ", ".join(s.name for s in self.specs)
         raise ToolError(f"no tool named {name[:64]!r} (the tools: {known})")
 
@@ -235,6 +240,9 @@ class Toolbox:
         args = parse_arguments(spec, arguments)
         if name in self.http:
             return cap(await http_tools.post(self.http[name], args))
+        if name in self.mcp:
+            caller = mcp_tools.Caller(self.room, self.asker_id, self.reply_id)
+            return cap(await mcp_tools.call(self.mcp[name], args, caller))
         return cap(await self._builtin(name, args))
 
     async def _builtin(self, name: str, args: dict[str, Any]) -> str:
@@ -262,13 +270,18 @@ class Toolbox:
 
 
 def toolbox_for(assistant: Assistant, room: Room, asker: User | None, reply: Message) -> Toolbox:
-    """The built-ins, and the enabled HTTP tools attached to this assistant (sync: reads the database)."""
+    """The built-ins, and the enabled HTTP and MCP tools attached to this assistant (sync: reads
+    the database). An MCP name equal to an HTTP tool's (staff may name one `a__b`) is left out."""
     attached = [t for t in http_tools.attached(assistant) if t.spec.name not in BUILTIN_NAMES]
+    taken = BUILTIN_NAMES | {t.spec.name for t in attached}
+    from_mcp = [t for t in mcp_tools.attached(assistant) if t.spec.name not in taken]
     return Toolbox(
         room=room,
         asker_id=reply.recipient_id or (asker.pk if asker is not None else None),
         reply_id=reply.pk,
         reader_id=reply.recipient_id,
-        specs=[*BUILTINS, *(t.spec for t in attached)],
+        specs=[*BUILTINS, *(t.spec for t in attached), *(t.spec for t in from_mcp)],
         http={t.spec.name: t for t in attached},
+        mcp={t.spec.name: t for t in from_mcp},
+        withheld=mcp_tools.withheld(assistant),
     )

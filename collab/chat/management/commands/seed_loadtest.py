@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from collab.chat.models import Assistant, Membership, Room
-from collab.chat.services import providers
+from collab.chat.models import Assistant, McpServer, Membership, Room
+from collab.chat.services import mcp_catalog, providers
+
+MCP_SERVER = "loadmcp"  # the load test's MCP server (collab/loadtest/mcp_server.py; docs/loadtest.md)
 
 
 class Command(BaseCommand):
@@ -28,6 +31,12 @@ class Command(BaseCommand):
         parser.add_argument("--prefix", default="load", help="name prefix of rooms, users and assistants")
         parser.add_argument("--password", default="", help="one password for all (default: random)")
         parser.add_argument("--agents", action="store_true", help="the assistants are agents (is_agent)")
+        parser.add_argument(
+            "--mcp",
+            default="",
+            help="register the load test's MCP server (a Streamable HTTP URL, or 'stdio' to run "
+            "collab.loadtest.mcp_server per call) and attach its tools to the assistants",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         rooms, users, assistants = opts["rooms"], opts["users_per_room"], opts["assistants"]
@@ -37,6 +46,8 @@ class Command(BaseCommand):
         if not prefix.isalnum():
             raise CommandError("--prefix must be letters and digits")
         data = self.seed(prefix, rooms, users, assistants, opts["password"], opts["agents"])
+        if opts["mcp"]:
+            self.register_mcp(opts["mcp"], prefix)
         text = json.dumps(data, indent=1)
         if opts["output"] == "-":
             self.stdout.write(text)
@@ -86,3 +97,25 @@ class Command(BaseCommand):
                 }
             )
         return {"rooms": out}
+
+    def register_mcp(self, where: str, prefix: str) -> None:
+        """The load test's MCP server, its tools listed now and attached to the seeded assistants."""
+        if where == "stdio":
+            fields = {
+                "transport": "stdio",
+                "command": sys.executable,
+                "args": ["-m", "collab.loadtest.mcp_server", "--stdio"],
+            }
+        else:
+            fields = {"transport": "http", "url": where, "command": "", "args": []}
+        server, _ = McpServer.objects.update_or_create(
+            name=MCP_SERVER, defaults={**fields, "enabled": True, "timeout_s": 30.0}
+        )
+        server.full_clean()  # stdio needs COLLAB_MCP_STDIO=1; a loopback URL, its network allowed
+        listing = mcp_catalog.refresh(server)
+        if listing.error or not listing.tools:
+            raise CommandError(str(listing))
+        tools = list(server.tools.filter(schema_error=""))
+        for bot in Assistant.objects.filter(handle__startswith=f"{prefix}bot"):
+            bot.mcp_tools.add(*tools)
+        self.stderr.write(f"MCP server {server.name}: {listing}")

@@ -113,6 +113,7 @@ class Command(BaseCommand):
             self.stdout.write("Preparing the database ...")
             call_command("migrate", interactive=False, verbosity=0)
             self.demo(opts["demo_password"])
+            self.schedule_mcp_listing(children)
             if workers == 1:
                 url = self.start_one(children, opts["host"], opts["port"])
             else:
@@ -141,6 +142,15 @@ class Command(BaseCommand):
         url = f"http://{host}:{port}"
         self.wait_for(f"{url}/healthz", daphne, "Daphne")
         return f"\ncollab is running at {url}/\n"
+
+    def schedule_mcp_listing(self, children: Children) -> None:
+        """The MCP servers' tools, listed again every COLLAB_MCP_REFRESH_S (docs/architecture/agents.md,
+        "MCP servers"): one small process for the deployment, not one per worker."""
+        every = settings.COLLAB_MCP_REFRESH_S
+        if every <= 0:
+            return
+        command = [sys.executable, "manage.py", "refresh_mcp_tools", "--every", f"{every:g}"]
+        children.start(command, "the MCP tools' listing", STAGE_MODEL, cwd=settings.BASE_DIR)
 
     def check_workers(self, opts: dict[str, Any]) -> str | None:
         """Everything --workers N needs, checked before anything starts; the nginx binary."""

@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from collab.loadtest.report import draw_chart, table
 from collab.loadtest.runner import Options, run
-from collab.loadtest.scenarios import SCENARIOS
+from collab.loadtest.scenarios import MCP_AGENT_SCRIPT, SCENARIOS
 
 
 def _levels(value: str) -> list[int]:
@@ -58,6 +58,12 @@ class Command(BaseCommand):
         parser.add_argument("--ttft-ms", type=float, help="the model's time to first token")
         parser.add_argument("--reply-tokens", type=int, help="tokens per reply")
         parser.add_argument("--runs", type=int, help="posts per room, one after another (not Poisson)")
+        parser.add_argument(
+            "--mcp",
+            choices=["http", "stdio"],
+            help="agents: the tools are an MCP server's, started by the run (Streamable HTTP on loopback,"
+            " or a stdio child per call)",
+        )
         parser.add_argument("--tick-ms", type=float, help="the simulator's write tick")
         parser.add_argument("--coalesce-ms", type=float, help="COLLAB_COALESCE_MS for the server")
         parser.add_argument("--layer", choices=["memory", "pubsub", "core"], help="the channel layer")
@@ -131,6 +137,12 @@ class Command(BaseCommand):
             if sc.layer == "memory":
                 sc.layer = "pubsub"
                 self.stdout.write(f"--processes {sc.processes}: the Redis pub/sub layer (processes share rooms)")
+        if o["mcp"]:
+            if not sc.agent_script:
+                raise CommandError("--mcp is for the agents scenario (its agents call the MCP server's tools)")
+            if o["target"]:
+                raise CommandError("--mcp starts and registers an MCP server: not with --target (nothing is started)")
+            sc.mcp, sc.agent_script = o["mcp"], MCP_AGENT_SCRIPT
         if o["rooms"]:
             if sc.idle:
                 raise CommandError("idle takes --sockets, not --rooms")
