@@ -26,4 +26,6 @@ def test_a_rename_reaches_an_open_page_heading_and_title(chromium: Any, site: An
     assert bob.evaluate("window.__loaded") == "once"
     assert alice.locator("#room-name").inner_text() == "Lab & friends"
     # The message box names the room too, and follows the rename without a reload.
-    bob.wait_for_function("() => document.getElementById('message-box').placeholder.startsWith('Message Lab & friends')")
+    bob.wait_for_function(
+        "() => document.getElementById('message-box').placeholder.startsWith('Message Lab & friends')"
+    )
