@@ -652,3 +652,20 @@ def test_a_reply_cut_by_the_runs_end_counts_up_to_its_last_piece() -> None:
     # Still streaming when the run ended: no final article; pieces from 108 s to 112 s.
     seen = MemberReply(first_at=108.0, times=[(0, 10, 108.0), (10, 20, 112.0)])
     assert RoomReplies._tokens_in_window(room, 400, [(None, seen)]) == 200  # type: ignore[arg-type, list-item]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Plan:\n```python\ndef split_lines(text):\n    return text\n```\nand then",  # a fence: its info is not shown
+        "▸ Step 2 see ```python\ndef split_lines``` here",  # mid-line: a code span, whose "python" is shown
+        "  ```json\n{\"a\": 1}\n```",  # a fence indented by up to 3 spaces
+        "cut mid-code:\n```python\ntext[\n\n▸ Step 2\n```python\nx = 1",  # a fence never closed: all code
+    ],
+)
+def test_the_judge_reads_the_words_markdown_shows(text: str) -> None:
+    """The agents scenario's judge (agents.same_log) compares a log's streamed words with
+    its rendered article's: they agree on what the renderer shows, fences included."""
+    from collab.chat.markup import render_markdown
+
+    assert words_of_text(text) == words_of_html(render_markdown(text))

@@ -67,7 +67,8 @@ _NEW = '<div id="messages" hx-swap-oob="beforeend"'
 _NONCE = re.compile(r"\blt[0-9a-f]{16}\b")
 _TAG = re.compile(r"<[^>]*>")
 _WORD = re.compile(r"[A-Za-z_]{2,}")
-_FENCE_INFO = re.compile(r"```[A-Za-z_]*")
+# A fence's opening line (CommonMark: up to 3 spaces in, 3 or more backticks, an info string).
+_FENCE_OPEN = re.compile(r" {0,3}(`{3,})([^`]*)$")
 
 
 @dataclass(slots=True)
@@ -134,8 +135,21 @@ def words_of_html(fragment: str) -> list[str]:
 
 
 def words_of_text(text: str) -> list[str]:
-    """The words a Markdown renderer keeps from raw text (a fence's info string is not shown)."""
-    return _WORD.findall(_FENCE_INFO.sub(" ", text))
+    """The words a Markdown renderer keeps from raw text: a fence's info string is not shown,
+    but inside an open fence (a reply cut mid-code) a line like "```python" is code and is.
+    "```python" within a line is a code span's backticks, and its word is shown too."""
+    kept, fence = [], ""
+    for line in text.split("\n"):
+        opened = _FENCE_OPEN.match(line)
+        if fence:
+            if opened and not opened.group(2).strip() and len(opened.group(1)) >= len(fence):
+                fence = ""  # a closing fence: backticks only
+                continue
+        elif opened:
+            fence = opened.group(1)
+            continue
+        kept.append(line)
+    return _WORD.findall("\n".join(kept))
 
 
 def attributes(tag_text: str) -> dict[str, str]:
