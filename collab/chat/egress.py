@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
@@ -184,10 +185,17 @@ class GuardedTransport(httpx2.AsyncHTTPTransport):
     through GuardedBackend; no proxy, nothing from the environment."""
 
     def __init__(self) -> None:
-        super().__init__(trust_env=False)
-        self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=httpx2.create_ssl_context(trust_env=False), network_backend=GuardedBackend()
-        )
+        context = _ssl_context()
+        super().__init__(verify=context, trust_env=False)
+        self._pool = httpcore2.AsyncConnectionPool(ssl_context=context, network_backend=GuardedBackend())
+
+
+@lru_cache(maxsize=1)
+def _ssl_context() -> ssl.SSLContext:
+    """One TLS context for every call: making one loads the CA bundle, 35 ms of CPU on this
+    project's machine in its slow state, which a context per call (twice: the transport
+    makes its own) spent on the event loop at every tool call (docs/benchmarks.md)."""
+    return httpx2.create_ssl_context(trust_env=False)
 
 
 def client(timeout: httpx2.Timeout) -> httpx2.AsyncClient:
