@@ -659,7 +659,7 @@ def test_a_reply_cut_by_the_runs_end_counts_up_to_its_last_piece() -> None:
     [
         "Plan:\n```python\ndef split_lines(text):\n    return text\n```\nand then",  # a fence: its info is not shown
         "▸ Step 2 see ```python\ndef split_lines``` here",  # mid-line: a code span, whose "python" is shown
-        "  ```json\n{\"a\": 1}\n```",  # a fence indented by up to 3 spaces
+        '  ```json\n{"a": 1}\n```',  # a fence indented by up to 3 spaces
         "cut mid-code:\n```python\ntext[\n\n▸ Step 2\n```python\nx = 1",  # a fence never closed: all code
     ],
 )
