@@ -131,9 +131,21 @@ class CallbackView(OAuth2CallbackView):
         return state, response
 
 
+def configured_apps() -> list[dict[str, Any]]:
+    """The providers of COLLAB_OIDC_PROVIDERS, in order, as allauth's settings-based apps."""
+    apps: list[dict[str, Any]] = settings.SOCIALACCOUNT_PROVIDERS.get("openid_connect", {}).get("APPS", [])
+    return apps
+
+
+def end_session_endpoint(request: HttpRequest, provider_id: str) -> str | None:
+    """The provider's RP-initiated logout endpoint, from the discovery document the sign-in
+    reads (its issuer checked); None when it offers none. SignInRefused when unreachable."""
+    endpoint = Adapter(request, provider_id).openid_config.get("end_session_endpoint")
+    return str(endpoint) if endpoint else None
+
+
 def _provider_or_404(provider_id: str) -> None:
-    apps = settings.SOCIALACCOUNT_PROVIDERS.get("openid_connect", {}).get("APPS", [])
-    if not any(app["provider_id"] == provider_id for app in apps):
+    if not any(app["provider_id"] == provider_id for app in configured_apps()):
         raise Http404(f"No sign-in provider {provider_id!r} is configured.")
 
 

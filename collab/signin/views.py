@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
-import requests
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
@@ -19,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from collab.chat import views as chat_views
+from collab.signin import oidc
 from collab.signin.adapters import SESSION_PROVIDER
 
 log = logging.getLogger(__name__)
@@ -26,8 +26,7 @@ log = logging.getLogger(__name__)
 
 def providers() -> list[dict[str, Any]]:
     """The configured providers, in order: id, button label and the settings-based app."""
-    apps = settings.SOCIALACCOUNT_PROVIDERS.get("openid_connect", {}).get("APPS", [])
-    return [{"id": a["provider_id"], "label": a["name"], "app": a} for a in apps]
+    return [{"id": a["provider_id"], "label": a["name"], "app": a} for a in oidc.configured_apps()]
 
 
 def password_off(request: HttpRequest) -> HttpResponse:
@@ -37,8 +36,7 @@ def password_off(request: HttpRequest) -> HttpResponse:
 class LoginView(auth_views.LoginView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["providers"] = providers()
-        context["password_login"] = settings.COLLAB_PASSWORD_LOGIN
+        context["providers"] = providers()  # password_login: the context processor (context.py)
         return context
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -79,13 +77,10 @@ def end_session_url(request: HttpRequest, provider_id: str) -> str | None:
     app = next((p["app"] for p in providers() if p["id"] == provider_id), None)
     if app is None:
         return None
-    discovery = app["settings"]["server_url"] + "/.well-known/openid-configuration"
     try:
-        response = requests.get(discovery, timeout=5)
-        response.raise_for_status()
-        endpoint = response.json().get("end_session_endpoint")
-    except (requests.RequestException, ValueError) as exc:
-        log.warning("logout: %s discovery unreachable (%s); ending the collab session only", provider_id, exc)
+        endpoint = oidc.end_session_endpoint(request, provider_id)
+    except oidc.SignInRefused as exc:
+        log.warning("logout: %s discovery unusable (%s); ending the collab session only", provider_id, exc)
         return None
     if not endpoint:
         return None
