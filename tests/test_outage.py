@@ -7,12 +7,14 @@ carries it; what is stored, from the database.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 import urllib.request
@@ -194,7 +196,8 @@ async def test_redis_restart_mid_reply_loses_nothing_and_every_member_converges(
 async def test_kill_9_of_the_only_process_keeps_the_text_it_had_checkpointed(sim_url: str, tmp_path: Path) -> None:
     """`make run`'s defaults (SQLite, the in-memory layer): no Redis holds the live text,
     so what survives a kill is the database's checkpoint, at most about a second behind."""
-    env = {**base_env(sim_url), "COLLAB_SQLITE_PATH": str(tmp_path / "db.sqlite3")}
+    db = tmp_path / "db.sqlite3"
+    env = {**base_env(sim_url), "COLLAB_SQLITE_PATH": str(db)}
     cluster = Cluster(env)
     cluster.manage("migrate", "-v0")
     cluster.manage("shell", "-c", SETUP)
@@ -206,10 +209,13 @@ async def test_kill_9_of_the_only_process_keeps_the_text_it_had_checkpointed(sim
             await a.post("@long keep talking")
             await a.until(lambda t: has_reply(t, "LONG", 1))
             reply_id = by_author(a, "LONG").id
+            # The checkpoint is only visible in the database: read it here, in a millisecond,
+            # not through `manage.py shell` (seconds in a slow state, long enough for the
+            # reply to end before the kill).
             async with asyncio.timeout(30):
-                while len(cluster.replies()[reply_id]["text"]) < 200:  # noqa: ASYNC110
-                    await asyncio.sleep(0.2)  # the checkpoint is only visible in the database
-            stored_now = len(cluster.replies()[reply_id]["text"])
+                while len(_checkpoint(db, reply_id)[1]) < 200:  # noqa: ASYNC110
+                    await asyncio.sleep(0.05)
+            stored_now = len(_checkpoint(db, reply_id)[1])
             await a.until(lambda t: len(by_author(t, "LONG").text) >= stored_now)
             p1.proc.send_signal(signal.SIGKILL)
             p1.proc.wait(10)
@@ -227,6 +233,14 @@ async def test_kill_9_of_the_only_process_keeps_the_text_it_had_checkpointed(sim
         assert stored["text"].startswith(seen) or seen.startswith(stored["text"])
     finally:
         cluster.stop_all()
+
+
+def _checkpoint(db: Path, message_id: int) -> tuple[str, str]:
+    """A reply's stored status and text, read straight from the SQLite file (read-only)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+        row = conn.execute("SELECT status, text FROM chat_message WHERE id = ?", (message_id,)).fetchone()
+    assert row is not None, f"message {message_id} is not stored"
+    return row[0], row[1]
 
 
 def _rss_kb(pid: int) -> int:
