@@ -1,6 +1,6 @@
 """Two replies streaming side by side at 750 tokens/s each, as the reader sees them: the
 text grows on the page smoothly, in small steps about once per frame window, never in
-bunches (asserted: SMOOTH_MEDIAN_GAP_MS, SMOOTH_LONGEST_GAP_MS). The page's long tasks
+bunches (asserted: SMOOTH_MEDIAN_GAP_MS, SMOOTH_LARGEST_STEP_SHARE). The page's long tasks
 (PerformanceObserver 'longtask': main-thread work over 50 ms) and its frames per second
 (requestAnimationFrame callbacks over the streaming window) are measured in the browser
 and printed, not asserted (they follow the machine's load);
@@ -68,10 +68,13 @@ MEASURE = """(replies) => {
 # frame window (COLLAB_COALESCE_MS, 30 ms): measured (load 4.5-7.8, 4 runs) a median
 # 32-33 ms between animation frames that showed more text, p90 35-37 ms, longest 84-91
 # ms; with the window at 250 ms (a stream bunched into four pieces a second) a median of
-# 250 ms. The bounds leave room for a loaded machine and fail a stream that comes in
-# bunches (a median over 100 ms) or stops mid-way (a pause over 500 ms).
+# 250 ms. The bound leaves room for a loaded machine and fails a stream that comes in
+# bunches (a median over 100 ms). The longest pause is printed, not asserted: beside a
+# test suite on two cores it passed 500 ms once (524) with nothing wrong on the page. A
+# stream that stops mid-way and then lands at once fails on its size instead: no single
+# step may show more than a quarter of the text.
 SMOOTH_MEDIAN_GAP_MS = 100.0
-SMOOTH_LONGEST_GAP_MS = 500.0
+SMOOTH_LARGEST_STEP_SHARE = 0.25
 
 
 def test_two_replies_at_750_tokens_per_second(chromium: Any, site: Any) -> None:
@@ -113,6 +116,7 @@ def test_two_replies_at_750_tokens_per_second(chromium: Any, site: Any) -> None:
     screenshot(page, "room-two-long-replies")
     assert m["supported"], "this Chromium reports no long tasks"
     assert len(gaps) >= 20, f"the replies' text grew on the page in {len(times)} animation frames only"
-    median, longest = gaps[len(gaps) // 2], gaps[-1]
+    median = gaps[len(gaps) // 2]
     assert median <= SMOOTH_MEDIAN_GAP_MS, f"the text grew every {median:.0f} ms (median): bunched"
-    assert longest <= SMOOTH_LONGEST_GAP_MS, f"the text stood still for {longest:.0f} ms mid-stream"
+    total = sum(steps)
+    assert steps[-1] <= SMOOTH_LARGEST_STEP_SHARE * total, f"{steps[-1]} of {total} characters shown at once"
