@@ -166,6 +166,7 @@ class SimulatorApp(ReplyWriter):
         # n: completion tokens, the reasoning ones (think@N) first; max_tokens counts both.
         n = req.spec.think + (config.reply_tokens if script is None else len(script.pieces))
         if shape.hold and script is None:
+            req.reply_tokens = HOLD_TOKENS
             n = req.spec.think + HOLD_TOKENS
         finish_reason = "stop" if script is None else script.finish_reason
         if req.max_tokens is not None and req.max_tokens < n:
