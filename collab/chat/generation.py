@@ -29,7 +29,7 @@ from django.conf import settings
 from collab.chat import metrics
 from collab.chat.agent import AgentPlan, for_reply
 from collab.chat.coalescer import Coalescer, ready
-from collab.chat.steer import WAIT_S, Legs, Note, Steer, marker, next_messages
+from collab.chat.steer import WAIT_S, Legs, Note, Steer
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.early_request import EarlyRequest
@@ -253,19 +253,13 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                 task.uncancel()  # it was the steer's own cut: the reply goes on
             finally:
                 live.streaming = False
-            steered = live.steer
+            steered, live.steer = live.steer, None
             if steered is None:  # the model's own end (or its token limit): the reply's
                 break
-            live.steer = None
-            if steered.timer is not None:
-                steered.timer.cancel()
             if job.early is not None:  # the first request's, if its stream never took it
                 job.early.cancel()
-            legs.add(usage, chunks - leg_chunks, messages)
-            messages = next_messages(messages, "".join(live.parts[live.leg_from :]), steered.notes)
-            mark = marker("".join(live.parts), steered.notes)
-            live.parts.append(mark)  # the marker: one more piece of the same text
-            coalescer.push(mark)
+            legs.add(usage, chunks - leg_chunks, messages)  # then the marker, and the next request
+            messages = steered.go_on(messages, live.parts, live.leg_from, coalescer.push)
     except LLMError as exc:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from collab.chat.markup import STEER_MARK
@@ -81,6 +81,19 @@ class Steer:
                 tail = (tail + item)[-_TAIL:]
             kept.append(item)
         return kept
+
+    def go_on(
+        self, messages: list[ChatMessage], parts: list[str], since: int, push: Callable[[str], None]
+    ) -> list[ChatMessage]:
+        """At the boundary: the marker after the answer's `parts` (this request's from
+        `since`), handed on as a piece (`push`); the next request's messages."""
+        if self.timer is not None:
+            self.timer.cancel()
+        answer = "".join(parts[since:])
+        mark = marker("".join(parts), self.notes)
+        parts.append(mark)
+        push(mark)
+        return next_messages(messages, answer, self.notes)
 
     def _boundary(self, tail: str, token: str) -> int | None:
         """Where in `token` the answer ends, if it does in it (0: before it). `tail`: the

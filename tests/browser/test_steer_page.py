@@ -76,4 +76,5 @@ def test_a_member_steers_a_streaming_reply_seen_live_by_both(chromium: Any, site
         assert at > 0 and any(t.strip() for t in texts[:at]) and any(t.strip() for t in texts[at + 1 :])
         assert page.locator("#errors .error").count() == 0
     assert bob.locator("form.steer-form").count() == 0  # the form went with the streaming article
+    alice.locator(f"#{reply_id} .body span.steer-mark").scroll_into_view_if_needed()
     screenshot(alice, "steered-reply")
