@@ -29,7 +29,7 @@ from django.conf import settings
 from collab.chat import metrics
 from collab.chat.agent import AgentPlan, for_reply
 from collab.chat.coalescer import Coalescer, ready
-from collab.chat.steer import WAIT_S, Legs, Note, Steer
+from collab.chat.steer import Legs, Note, Steer
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.early_request import EarlyRequest
@@ -381,7 +381,7 @@ class Registry:
         steer = live.steer = Steer([note], now=len(live.parts) == live.leg_from)
         if steer.now:  # no answer yet: nothing to finish first
             self._cut(live, steer)
-        steer.timer = asyncio.get_running_loop().call_later(WAIT_S, self._cut, live, steer)
+        steer.arm(lambda: self._cut(live, steer))  # a model gone silent: cut as it stands
         return True
 
     @staticmethod

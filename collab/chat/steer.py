@@ -31,7 +31,7 @@ from collab.llm import Usage
 from collab.llm.client import ChatMessage, Item
 
 GRACE_CHARS = 200  # how far past the note a sentence's end is waited for; then a word's end
-WAIT_S = 3.0  # a stream that brings no boundary for this long after the note is cut as it stands
+WAIT_S = 3.0  # a stream silent this long after the note (or since its last read) is cut as it stands
 MARK = STEER_MARK  # "↪ steered by ": how every marker begins (markup.py shows it as one)
 
 # A sentence's end (followed by a space: "3.14" is not one) or a line's end.
@@ -57,13 +57,30 @@ class Steer:
     notes: list[Note]
     now: bool = False  # no answer yet when it came: cut at the next read (or at once, cancelled)
     read: int = 0
+    reads: int = 0  # reads of the stream since it came
     cut: bool = False  # the boundary is reached: the stream ends, the next request starts
     cancelled: bool = False  # its stream was cancelled to cut it (not a stop)
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
+    def arm(self, cut: Callable[[], None]) -> None:
+        """`cut()` once WAIT_S pass with no read of the stream (its model gone silent),
+        unless the boundary came first."""
+        reads = self.reads
+
+        def check() -> None:
+            if self.cut:
+                return
+            if self.reads != reads:  # still sending: its boundary comes with its text
+                self.arm(cut)
+            else:
+                cut()
+
+        self.timer = asyncio.get_running_loop().call_later(WAIT_S, check)
+
     def clip(self, items: list[Item], last: str) -> list[Item]:
         """What to keep of one read of the stream (`last`: the answer's last piece so
         far): all of it, or what comes before the boundary (then `cut`)."""
+        self.reads += 1
         if self.now:
             self.cut = True
             return []
