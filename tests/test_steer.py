@@ -21,7 +21,7 @@ from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Provider, Room
 from collab.chat.replies.steering import MAX_NOTE_CHARS, MAX_STEERS, PROMPT
 from collab.chat.steer import GRACE_CHARS, MARK
-from collab.simulator.text import simulated_tokens
+from collab.simulator.text import simulated_tokens, thinking_tokens
 from tests.conftest import SIM_TOKENS, Member, World, member, reply_ids
 from tests.test_reasoning import exported
 
@@ -263,3 +263,44 @@ async def test_a_streaming_reply_without_a_process_is_not_steered(world: World) 
     with pytest.raises(ClientError) as refusal:
         await act(world.bob.pk, world.room.pk, "steer", message_id=reply_id, text=NOTE)
     assert refusal.value.code == "steer.not_streaming"
+
+
+async def test_a_reply_steered_while_it_thinks_keeps_its_thinking(world: World, sim: tuple[str, Any]) -> None:
+    """A reasoning model steered before its answer: the request ends at once; its thinking
+    so far stays (the next request's follows it), the marker opens the answer."""
+    assistant = world.assistants["a"]
+    assistant.model = "sim+think@300"  # within its max_tokens (500) with the answer: 15 s of held thinking
+    await database_sync_to_async(assistant.save)()
+    async with member(world.alice) as alice:
+        await alice.post("@a {{hold}} think first")
+        await alice.until(lambda f: len(reply_ids(f)) == 1)
+        [reply_id] = reply_ids(alice.frames)
+        await alice.until(lambda f: any(f'id="msg-{reply_id}-thinking" hx-swap-oob' in r for r in alice.raw))
+        await alice.send(action="steer", message_id=reply_id, text="answer now")
+        await alice.until(lambda f: status(alice, reply_id) == "done", timeout=30)
+    stored = await Message.objects.aget(pk=reply_id)
+    assert stored.text.startswith(line("alice", "answer now") + "\n\n") and len(stored.text) > 40
+    assert text(alice, reply_id) == stored.text
+    first = request_with(sim[1], "alice: @a {{hold}} think first")
+    second = request_with(sim[1], PROMPT.format(by="alice", note="answer now"))
+    assert second["messages"][:-1] == first["messages"]  # no answer yet: no turn of its own
+    thought = "".join(thinking_tokens(first["messages"], 1, "sim", 300))
+    again = "".join(thinking_tokens(second["messages"], 1, "sim", 300))
+    before = stored.reasoning.removesuffix(again)  # the first request's thinking, then the second's
+    assert before and thought.startswith(before) and stored.reasoning == before + again
+
+
+async def test_a_personal_reply_is_steered_by_its_recipient_alone(world: World) -> None:
+    async with member(world.alice) as alice, member(world.bob) as bob:
+        await alice.send(action="lens", text="answer me in Spanish")
+        await alice.until(lambda f: any('data-lens="answer me in Spanish"' in r for r in alice.raw))
+        await alice.post("/each @a {{hold}} how do we ship?")
+        await alice.until(lambda f: any(r.role == "assistant" and r.pieces >= 1 for r in f.replies.values()))
+        [reply_id] = reply_ids(alice.frames)
+        await refused(bob, "message.not_found", action="steer", message_id=reply_id, text=NOTE)  # not his to see
+        await alice.send(action="steer", message_id=reply_id, text=NOTE)
+        await alice.until(lambda f: status(alice, reply_id) == "done")
+        await bob.assert_silent()
+    stored = await Message.objects.aget(pk=reply_id)
+    assert stored.recipient_id == world.alice.pk and line("alice", NOTE) in stored.text
+    assert text(alice, reply_id) == stored.text and reply_id not in bob.frames.replies

@@ -19,19 +19,16 @@ MARK = f"\u21aa steered by bob: {NOTE}"
 
 # What each page saw of the streaming article, recorded as it changed (not polled after the
 # fact): the live marker (stream.js's `p.steer-mark`), then text after it, still streaming.
-WATCH = (
-    """() => {
+WATCH = """mark => {
   window.steerSeen = { marker: false, after: false };
   new MutationObserver(() => {
     const live = document.querySelector("article[data-status=streaming] .live p.steer-mark");
     if (!live) return;
-    window.steerSeen.marker = window.steerSeen.marker || live.textContent.startsWith(%r);
+    window.steerSeen.marker = window.steerSeen.marker || live.textContent.startsWith(mark);
     const next = live.nextElementSibling;
     if (window.steerSeen.marker && next && next.textContent.trim()) window.steerSeen.after = true;
   }).observe(document.getElementById("messages"), { childList: true, subtree: true, characterData: true });
 }"""
-    % MARK
-)  # noqa: UP031  (a JS function's text)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +49,7 @@ def test_a_member_steers_a_streaming_reply_seen_live_by_both(chromium: Any, site
     alice = open_room(chromium, site, "alice")
     bob = open_room(chromium, site, "bob")
     for page in (alice, bob):
-        page.evaluate(WATCH)
+        page.evaluate(WATCH, MARK)
     send(alice, f"@{steady} {{{{hold}}}} tell me about boats")
     reply = streaming_article(bob, 20)
     reply_id = reply.get_attribute("id")
