@@ -18,15 +18,17 @@ NOTE = "shorter, and in French"
 MARK = f"\u21aa steered by bob: {NOTE}"
 
 # What each page saw of the streaming article, recorded as it changed (not polled after the
-# fact): the live marker (stream.js's `p.steer-mark`), then text after it, still streaming.
+# fact): the marker shown as one (stream.js's `p.steer-mark`, at its next frame), and text
+# after it in the reply's body (the pieces as they came), while the reply still streamed.
 WATCH = """mark => {
   window.steerSeen = { marker: false, after: false };
   new MutationObserver(() => {
-    const live = document.querySelector("article[data-status=streaming] .live p.steer-mark");
-    if (!live) return;
-    window.steerSeen.marker = window.steerSeen.marker || live.textContent.startsWith(mark);
-    const next = live.nextElementSibling;
-    if (window.steerSeen.marker && next && next.textContent.trim()) window.steerSeen.after = true;
+    const a = document.querySelector("article[data-status=streaming]");
+    if (!a) return;
+    const live = a.querySelector(".live p.steer-mark");
+    if (live && live.textContent.startsWith(mark)) window.steerSeen.marker = true;
+    const raw = a.querySelector(".body.raw").textContent, at = raw.indexOf(mark);
+    if (at >= 0 && raw.slice(at + mark.length).trim()) window.steerSeen.after = true;
   }).observe(document.getElementById("messages"), { childList: true, subtree: true, characterData: true });
 }"""
 
@@ -57,14 +59,16 @@ def test_a_member_steers_a_streaming_reply_seen_live_by_both(chromium: Any, site
     box = bob.get_by_label("A note this reply follows from its next sentence")
     box.wait_for()
     assert reply.locator("button.act.steer").get_attribute("aria-expanded") == "true"
-    assert axe_violations(bob) == []  # the note's form: its label, its buttons
+    violations = axe_violations(bob)
+    assert violations == [], violations  # the note's form: its label, its buttons
     box.fill(NOTE)
     box.press("Enter")
     for page in (alice, bob):
         done = page.locator(f"#{reply_id}[data-status=done]")
         done.wait_for(timeout=60_000)
         seen = page.evaluate("window.steerSeen")
-        assert seen == {"marker": True, "after": True}, seen  # live: the marker, then the text after it
+        errors = page.locator("#errors").inner_text()
+        assert seen == {"marker": True, "after": True}, (seen, errors)  # live: the marker, then text after it
         mark = done.locator(".body span.steer-mark")
         assert mark.inner_text() == MARK
         paragraphs = done.locator(".body > *")
