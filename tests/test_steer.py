@@ -140,14 +140,15 @@ async def test_a_steer_before_the_first_word_restarts_the_request(world: World, 
     assert text(alice, reply_id) == stored.text
 
 
-async def test_a_model_that_stalls_mid_sentence_is_cut_where_it_stands(world: World) -> None:
+async def test_a_model_that_stalls_mid_sentence_is_cut_where_it_stands(world: World, sim: tuple[str, Any]) -> None:
     """No boundary comes (the model went silent mid-sentence): WAIT_S after the note, the
     request is ended as it stands and the reply goes on."""
     await Provider.objects.filter(pk=world.provider.pk).aupdate(read_timeout_s=60)  # the model's silence: no failure
     async with member(world.alice) as alice:
-        reply_id = await holding(alice, "@a {{fault stall@5}} five words then silence")
-        await alice.until(lambda f: f.replies[reply_id].pieces >= 1 and len(f.replies[reply_id].text.split()) >= 5)
-        so_far = text(alice, reply_id)
+        reply_id = await holding(alice, "@a {{fault stall@5}} five tokens then silence")
+        asked = request_with(sim[1], "alice: @a {{fault stall@5}} five tokens then silence")
+        so_far = "".join(simulated_tokens(asked["messages"], 1, "sim", SIM_TOKENS)[:5])
+        await alice.until(lambda f: f.replies[reply_id].text == so_far)  # all it sends before its silence
         await alice.send(action="steer", message_id=reply_id, text="go on")
         await alice.until(lambda f: status(alice, reply_id) == "done", timeout=30)
     stored = await Message.objects.aget(pk=reply_id)
