@@ -8,19 +8,24 @@ a real browser: tests/browser/test_steer_page.py."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from collab.chat import shared
 from collab.chat.commands.registry import act
 from collab.chat.errors import ClientError
+from collab.chat.generation import LiveReply, ReplyJob, registry
 from collab.chat.models import Membership, Message, Provider, Room
+from collab.chat.replies import steering
 from collab.chat.replies.steering import MAX_NOTE_CHARS, MAX_STEERS, PROMPT
 from collab.chat.steer import GRACE_CHARS, MARK
+from collab.llm.pool import ProviderConfig
 from collab.simulator.text import simulated_tokens, thinking_tokens
 from tests.conftest import SIM_TOKENS, Member, World, member, reply_ids
 from tests.test_reasoning import exported
@@ -305,3 +310,24 @@ async def test_a_personal_reply_is_steered_by_its_recipient_alone(world: World) 
     stored = await Message.objects.aget(pk=reply_id)
     assert stored.recipient_id == world.alice.pk and line("alice", NOTE) in stored.text
     assert text(alice, reply_id) == stored.text and reply_id not in bob.frames.replies
+
+
+async def test_a_note_that_reaches_its_reply_as_it_ends_is_answered_from_there(world: World) -> None:
+    """On the reply's own process (a `reply.steer` event from another's socket), a reply
+    already storing its end takes no note: the member's socket is told, from there."""
+    job = ReplyJob(999_999, world.room.pk, ProviderConfig("sim", ("http://127.0.0.1:9",)), "sim", [], None, None)
+    live = LiveReply(job, sink=None)  # type: ignore[arg-type]  # never run: only its state is read
+    live.task, live.finishing = asyncio.get_running_loop().create_future(), True  # type: ignore[assignment]
+    registry._live[job.message_id] = live
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    try:
+        event = {"type": "reply.steer", "message_id": job.message_id, "by": "bob", "text": NOTE, "channel": channel}
+        await steering.on_control(event)  # type: ignore[arg-type]
+        told = await asyncio.wait_for(layer.receive(channel), 10)
+    finally:
+        registry._live.pop(job.message_id, None)
+        live.task.cancel()
+    assert told["type"] == "room.frame" and 'data-code="steer.not_streaming"' in told["html"]
+    assert live.steer is None
