@@ -30,6 +30,7 @@ SAMPLES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "regenerate": lambda q, r: {"message_id": r},
     "show_version": lambda q, r: {"message_id": r, "version": 1},
     "continue": lambda q, r: {"message_id": r},
+    "steer": lambda q, r: {"message_id": r, "text": "shorter, and in French"},
     "merge": lambda q, r: {"message_id": q},
     "vote": lambda q, r: {"message_id": r, "value": "up"},
     "edit": lambda q, r: {"message_id": q, "text": "changed"},

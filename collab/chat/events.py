@@ -83,6 +83,16 @@ class ReplyStop(TypedDict):
     reason: str  # stopped | interrupted
 
 
+class ReplySteer(TypedDict):
+    """A member's note for a streaming reply, to whichever process runs it (replies/steering.py)."""
+
+    type: Literal["reply.steer"]
+    message_id: int
+    by: str  # the member's username
+    text: str  # the note, checked
+    channel: str  # the member's socket: told when the reply could not take it
+
+
 class RoomStopAll(TypedDict):
     """Stop every reply of a room, on every process."""
 
@@ -106,7 +116,7 @@ class ContextChanged(TypedDict):
     room_id: int | None  # None: any room (an assistant or a provider changed)
 
 
-Control = ReplyStop | RoomStopAll | ProcessPing | ContextChanged
+Control = ReplyStop | ReplySteer | RoomStopAll | ProcessPing | ContextChanged
 
 
 class SocketResync(TypedDict):

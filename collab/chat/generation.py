@@ -29,6 +29,7 @@ from django.conf import settings
 from collab.chat import metrics
 from collab.chat.agent import AgentPlan, for_reply
 from collab.chat.coalescer import Coalescer, ready
+from collab.chat.steer import Legs, Note, Steer
 from collab.llm import Finish, LLMError, Thought, Usage
 from collab.llm.client import ChatMessage
 from collab.llm.early_request import EarlyRequest
@@ -111,6 +112,9 @@ class LiveReply:
     first_at: float | None = None
     ahead: int = 0
     steps: int | None = None  # an agent run's model calls so far
+    steer: Steer | None = None  # members' notes waiting for its next boundary (steer.py)
+    streaming: bool = False  # a model request of a plain reply is under way (a steer may cut it)
+    leg_from: int = 0  # where in `parts` its current request's answer begins
 
     def status(self) -> dict[str, Any]:
         """This reply as the live page shows it: tokens so far, and its rate (tokens after
@@ -149,6 +153,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
     limit_s = job.provider.total_timeout_s * (min(job.agent.steps, 4) if job.agent is not None else 1)
     thinker: Coalescer | None = None  # the thinking's, made at its first piece (most models have none)
     paced: Coalescer | None = None  # whose next piece the reader waits for before reading again
+    messages, legs, leg_chunks = job.messages, Legs(), 0  # a steered reply's requests (steer.py)
 
     def pace() -> asyncio.Future[None]:
         # Read again when that piece is due, all that came meanwhile at once: a read a
@@ -164,7 +169,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
 
     async def on_started(_base_url: str) -> None:
         nonlocal started, queued, began
-        if job.agent is None or not began:  # an agent's first token counts from its first call
+        if first_at is None and (job.agent is None or not began):  # an agent's: from its first call
             started = loop.time()  # time to first token is the model's, not the queue's
             if job.early is not None and not job.early.taken and _base_url == job.early.endpoint.base_url:
                 started = job.early.sent_at  # sent before the reply was stored: from then
@@ -188,50 +193,73 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
                 live.steps = run.calls
                 usage = Usage(run.prompt_tokens, run.tokens)
             return
-        async with (
-            asyncio.timeout(limit_s),
-            aclosing(
-                stream_reply(
-                    job.provider,
-                    job.model,
-                    job.messages,
-                    temperature=job.temperature,
-                    max_tokens=job.max_tokens,
-                    on_queued=on_queued,
-                    on_started=on_started,
-                    slots=slots,
-                    early=job.early,
-                    pace=pace,
-                )
-            ) as stream,
-        ):
-            async for items in stream:  # what one read of the model's stream held
-                answered = thought = False
-                for item in items:
-                    if isinstance(item, str):  # the answer: the hot path
-                        if first_at is None:
-                            first_at = loop.time()
-                            live.first_at = time.monotonic()
-                        chunks += 1
-                        live.parts.append(item)
-                        coalescer.push(item)
-                        answered = True
-                    elif isinstance(item, Thought):
-                        if first_at is None:
-                            first_at = loop.time()
-                            live.first_at = time.monotonic()
-                        if thinker is None:
-                            thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
-                        chunks += 1
-                        live.thoughts.append(item.text)
-                        thinker.push(item.text)
-                        thought = True
-                    elif isinstance(item, Usage):
-                        usage = item
-                    elif isinstance(item, Finish):
-                        finish_reason = item.reason
-                # The answer's piece first: a read that held both waits for the answer's tick.
-                paced = coalescer if answered else thinker if thought else None
+        while True:  # one model request, then one more after each steer (steer.py)
+            live.leg_from, leg_chunks, usage, finish_reason, paced = len(live.parts), chunks, None, "", None
+            try:
+                live.streaming = True
+                async with (
+                    asyncio.timeout(limit_s),
+                    aclosing(
+                        stream_reply(
+                            job.provider,
+                            job.model,
+                            messages,
+                            temperature=job.temperature,
+                            max_tokens=job.max_tokens,
+                            on_queued=on_queued,
+                            on_started=on_started,
+                            slots=slots,
+                            early=job.early if not legs.count else None,
+                            pace=pace,
+                        )
+                    ) as stream,
+                ):
+                    async for items in stream:  # what one read of the model's stream held
+                        if live.steer is not None:  # a member's note: the answer ends at a boundary
+                            items = live.steer.clip(items, live.parts[-1] if len(live.parts) > live.leg_from else "")
+                        answered = thought = False
+                        for item in items:
+                            if isinstance(item, str):  # the answer: the hot path
+                                if first_at is None:
+                                    first_at = loop.time()
+                                    live.first_at = time.monotonic()
+                                chunks += 1
+                                live.parts.append(item)
+                                coalescer.push(item)
+                                answered = True
+                            elif isinstance(item, Thought):
+                                if first_at is None:
+                                    first_at = loop.time()
+                                    live.first_at = time.monotonic()
+                                if thinker is None:
+                                    thinker = Coalescer(settings.COLLAB["COALESCE_MS"] / 1000, sink.thought)
+                                chunks += 1
+                                live.thoughts.append(item.text)
+                                thinker.push(item.text)
+                                thought = True
+                            elif isinstance(item, Usage):
+                                usage = item
+                            elif isinstance(item, Finish):
+                                finish_reason = item.reason
+                        # The answer's piece first: a read that held both waits for the answer's tick.
+                        paced = coalescer if answered else thinker if thought else None
+                        if live.steer is not None and live.steer.cut:
+                            break
+            except asyncio.CancelledError:
+                if live.stop_reason or live.steer is None or not live.steer.cancelled:
+                    raise
+                task = asyncio.current_task()
+                assert task is not None
+                task.uncancel()  # it was the steer's own cut: the reply goes on
+            finally:
+                live.streaming = False
+            steered, live.steer = live.steer, None
+            if steered is None:  # the model's own end (or its token limit): the reply's
+                break
+            if job.early is not None:  # the first request's, if its stream never took it
+                job.early.cancel()
+            legs.add(usage, chunks - leg_chunks, messages)  # then the marker, and the next request
+            messages = steered.go_on(messages, live.parts, live.leg_from, coalescer.push)
     except LLMError as exc:
         status, error = "failed", exc.message
         log.warning("reply %s failed: %s", job.message_id, exc)
@@ -249,6 +277,7 @@ async def run_reply(live: LiveReply, slots: SharedSlots | None = None) -> None:
             job.early.cancel()
         if thinker is not None:
             await thinker.close()
+        usage = legs.total(usage, chunks - leg_chunks, messages)  # every request's, once steered
         await _finish(live, coalescer, status, error, started, first_at, chunks, usage, finish_reason)
 
 
@@ -337,6 +366,30 @@ class Registry:
             if live.running:
                 live.task.cancel()
         return True
+
+    def steer(self, message_id: int, note: Note) -> bool | None:
+        """Hand a member's note to a reply running here (steer.py): None when none runs
+        here; False when it may not take one (it is ending, or an agent's run)."""
+        live = self._live.get(message_id)
+        if live is None or live.task is None or live.task.done():
+            return None
+        if live.finishing or live.stop_reason or live.job.agent is not None:
+            return False
+        if live.steer is not None:  # a boundary is awaited already: both notes go at once
+            live.steer.notes.append(note)
+            return True
+        steer = live.steer = Steer([note], now=len(live.parts) == live.leg_from)
+        if steer.now:  # no answer yet: nothing to finish first
+            self._cut(live, steer)
+        steer.arm(lambda: self._cut(live, steer))  # a model gone silent: cut as it stands
+        return True
+
+    @staticmethod
+    def _cut(live: LiveReply, steer: Steer) -> None:
+        """End the reply's current model request now, for its steer (not a stop)."""
+        if live.steer is steer and not steer.cut and live.streaming and not live.finishing and live.task is not None:
+            steer.cancelled = True
+            live.task.cancel()
 
     def __len__(self) -> int:
         return len(self._live)

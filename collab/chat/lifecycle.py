@@ -45,6 +45,7 @@ from collab.chat.events import PROCESSES_GROUP
 from collab.chat.generation import registry
 from collab.chat.models import Message
 from collab.chat.repair import repair
+from collab.chat.replies import steering
 from collab.chat.replies.interrupt import interrupt
 from collab.chat.services import rooms
 from collab.chat.services.providers import deployment_slots
@@ -157,6 +158,8 @@ class Runtime:
                 self._spawn(self._resync_sockets())
         elif event.get("type") == "reply.stop":
             registry.stop(int(event["message_id"]), str(event.get("reason", "stopped")))
+        elif event.get("type") == "reply.steer" and registry.get(int(event["message_id"])) is not None:
+            self._spawn(steering.on_control(event))  # type: ignore[arg-type]  # its owner: here
         elif event.get("type") == "context.changed":
             room_id = event.get("room_id")
             if room_id is None:

@@ -37,6 +37,7 @@ from typing import Any
 
 import nh3
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 from pygments import format as pygments_format
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
@@ -174,9 +175,28 @@ def _parser(user: bool, links: bool) -> MarkdownIt:
     md.add_render_rule("image", _image)
     if user:
         as_typed(md)
+    else:
+        md.core.ruler.push("steer_marks", _steer_marks)
     if not links:  # the reference definitions go too: they show as written
         md.disable(["link", "image", "reference"])
     return md
+
+
+# How the marker a steered reply's text holds where a member steered it begins (chat/steer.py;
+# docs/wire.md, "steer a reply"): a paragraph of its own, "↪ steered by NAME: NOTE".
+STEER_MARK = "\u21aa steered by "
+
+
+def _steer_marks(state: Any) -> None:
+    """A reply's paragraph that begins with STEER_MARK is shown as a marker: its text in
+    `<span class="steer-mark">` (a class nh3 keeps on a span)."""
+    tokens = state.tokens
+    for i in range(1, len(tokens)):
+        token = tokens[i]
+        if token.type == "inline" and tokens[i - 1].type == "paragraph_open" and token.content.startswith(STEER_MARK):
+            opened, closed = Token("html_inline", "", 0), Token("html_inline", "", 0)
+            opened.content, closed.content = '<span class="steer-mark">', "</span>"
+            token.children = [opened, *(token.children or []), closed]
 
 
 # A person's message is what they typed, with only the Markdown people mean in a chat:

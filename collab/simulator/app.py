@@ -26,6 +26,7 @@ import uuid
 from typing import Any
 
 from .config import SLOW_FACTOR, FaultKind, ModelSpec, SimConfig, parse_model
+from .directives import HOLD_TOKENS, HOLD_TPS, shape_of
 from .reply import ReplyWriter, Stats, install_log_filter
 from .request import Completion as _Completion
 from .request import HTTPError as _HTTPError
@@ -148,7 +149,11 @@ class SimulatorApp(ReplyWriter):
     async def _completion(
         self, req: _Completion, receive: Receive, send: Send, start_wall: float, start_mono: float
     ) -> None:
-        fault, fault_after = self._pick_fault(req.spec)
+        try:  # {{hold}}, {{fault SPEC}} in its last user message (directives.py)
+            shape = shape_of(req.messages)
+        except ValueError as exc:
+            raise _HTTPError(400, str(exc), param="messages") from None
+        fault, fault_after = self._pick_fault(shape.fault or req.spec)
         refusal = fault_error(fault)  # 429, quota, 500: an error status instead of a reply
         if refusal is not None:
             raise refusal
@@ -160,11 +165,16 @@ class SimulatorApp(ReplyWriter):
         script = req.script = script_for(req.messages, offered, config.seed, req.model)
         # n: completion tokens, the reasoning ones (think@N) first; max_tokens counts both.
         n = req.spec.think + (config.reply_tokens if script is None else len(script.pieces))
+        if shape.hold and script is None:
+            req.reply_tokens = HOLD_TOKENS
+            n = req.spec.think + HOLD_TOKENS
         finish_reason = "stop" if script is None else script.finish_reason
         if req.max_tokens is not None and req.max_tokens < n:
             n = req.max_tokens
             finish_reason = "length"
         tps = config.tps / SLOW_FACTOR if req.spec.slow else config.tps
+        if shape.hold:
+            tps = min(tps, HOLD_TPS)
         limit = min(fault_after, n) if fault in ("stall", "drop") else n
         headers = [
             (b"x-sim-start", f"{start_wall:.6f}".encode()),

@@ -147,7 +147,9 @@ class ReplyWriter:
         # the first n of the full reply's pieces are exactly simulated_tokens(..., n).
         script = req.script
         if script is None:
-            pieces = iter_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)
+            pieces = iter_tokens(
+                req.messages, self.config.seed, req.model, req.reply_tokens or self.config.reply_tokens
+            )
         elif script.calls:  # each piece a whole delta object (tool-call fragments)
             pieces = iter([_RAW + delta for delta in script.pieces])
         else:
@@ -251,7 +253,9 @@ class ReplyWriter:
         thoughts = thinking_tokens(req.messages, self.config.seed, req.model, req.spec.think)[:n]
         script = req.script
         if script is None:
-            tokens = simulated_tokens(req.messages, self.config.seed, req.model, self.config.reply_tokens)
+            tokens = simulated_tokens(
+                req.messages, self.config.seed, req.model, req.reply_tokens or self.config.reply_tokens
+            )
         else:
             tokens = list(script.pieces)
         tokens = thoughts + tokens[: n - len(thoughts)]

@@ -52,6 +52,7 @@ class Completion:
     tools: list[dict[str, Any]] | None = None  # function-calling schemas, as sent
     tool_choice: str | None = None  # "none": answer in text whatever the tools (only the string forms)
     script: Script | None = None  # the scripted reply (tools.script_for), set by the app
+    reply_tokens: int | None = None  # its text's length, when not the server's (a {{hold}}: directives.py)
 
 
 def fault_error(fault: str) -> HTTPError | None:

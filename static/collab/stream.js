@@ -37,6 +37,7 @@
     }
     return blocks;
   }
+  var STEER_MARK = "\u21aa steered by ";
   var INLINE = /`([^`\n]+)`|\*\*([^*\n]+)\*\*/g;
   function inline(el, text) {
     el.textContent = "";
@@ -63,6 +64,8 @@
       while (el.children.length > block.lines.length) el.removeChild(el.lastChild);
     } else {
       inline(el, block.lines[0]);
+      // A steered reply's marker (steer.js; docs/wire.md, "steer a reply"): a paragraph of its own.
+      if (block.kind === "p") el.classList.toggle("steer-mark", block.lines[0].lastIndexOf(STEER_MARK, 0) === 0);
     }
     return el;
   }

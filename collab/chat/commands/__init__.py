@@ -9,10 +9,11 @@
     presence.py    typing
     pins.py        pin, unpin
     versions.py    show_version
+    steer.py       steer
     moderation.py  kick, ban, unban, lock, unlock, stop_all
 """
 
-from collab.chat.commands import editing, lenses, moderation, pins, posting, presence, replies, versions, votes
+from collab.chat.commands import editing, lenses, moderation, pins, posting, presence, replies, steer, versions, votes
 from collab.chat.commands.registry import COMMANDS, Ctx, Socket, command, dispatch, parse_action
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "posting",
     "presence",
     "replies",
+    "steer",
     "versions",
     "votes",
 ]
