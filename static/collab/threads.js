@@ -55,6 +55,8 @@
         if (s) { live.push(s); stream.render(s); }
       });
     }
+    // A code block wider than the narrow panel scrolls: reachable from the keyboard.
+    el.querySelectorAll(".body.md pre:not([tabindex])").forEach(function (pre) { pre.tabIndex = 0; });
     accepted(el);
     if (near) el.scrollTop = el.scrollHeight;
   }
