@@ -85,7 +85,9 @@ async def test_a_thread_reply_and_its_assistant_stay_in_the_thread(world: World,
         await alice.post("@a and the coffee machine?")
         await alice.until(lambda f: all_final(f, 1))
     room_turns = [t["content"] for t in request_with(sim, "coffee machine?")[1:]]
-    assert not any("friday release" in t for t in room_turns) and any("coffee machine is broken" in t for t in room_turns)
+    assert not any("friday release" in t for t in room_turns) and any(
+        "coffee machine is broken" in t for t in room_turns
+    )
 
 
 async def test_a_thread_reply_to_a_thread_reply_goes_to_the_same_thread(world: World) -> None:
@@ -161,7 +163,9 @@ async def test_personal_replies_in_a_thread_stay_their_recipients(world: World) 
         rows = await astored()
         [personal] = [r for r in rows.values() if r.recipient_id == world.bob.pk]
         assert personal.thread_id == parent.pk
-        await alice.until(lambda f: line(alice.raw, parent.pk) is not None and any("each.started" in x for x in alice.raw))
+        await alice.until(
+            lambda f: line(alice.raw, parent.pk) is not None and any("each.started" in x for x in alice.raw)
+        )
         await alice.assert_silent()
         assert not any(f'id="msg-{personal.pk}' in f for f in alice.raw)
         assert 'data-replies="1"' in (line(alice.raw, parent.pk) or "")  # the question alone is the room's
@@ -183,7 +187,9 @@ async def test_votes_work_on_a_reply_in_a_thread(world: World) -> None:
         [reply] = [r for r in (await astored()).values() if r.role == "assistant"]
         await bob.send(action="vote", message_id=reply.pk, value="up")
         for m in (alice, bob):
-            await m.until(lambda f, m=m: any(f'id="msg-{reply.pk}-votes"' in x and "data-votes-up=\"1\"" in x for x in m.raw))
+            await m.until(
+                lambda f, m=m: any(f'id="msg-{reply.pk}-votes"' in x and 'data-votes-up="1"' in x for x in m.raw)
+            )
     assert (await database_sync_to_async(Message.objects.get)(pk=reply.pk)).votes_up == 1
 
 

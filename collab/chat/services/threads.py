@@ -13,7 +13,7 @@ here runs per streamed piece: a thread reply's pieces are the same frames as any
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from channels.db import database_sync_to_async
 from django.db.models import Count, Max, Q
@@ -128,6 +128,7 @@ async def live_html(room_id: int, user_id: int | None) -> tuple[str, dict[int, f
     far (`<div id="thread-live">`: a page with their thread open moves them there), and
     their floors: a reconnecting socket resumes them as it does the room's own
     (services/snapshot.py)."""
+
     def read() -> list[Message]:
         rows = (
             Message.objects.filter(room_id=room_id, thread__isnull=False, status=Message.Status.STREAMING)
@@ -168,15 +169,3 @@ async def live_html(room_id: int, user_id: int | None) -> tuple[str, dict[int, f
             )
         )
     return _live.render({"articles": articles}).strip(), floors
-
-
-def excerpt(text: str, chars: int = 120) -> str:
-    """A short plain excerpt (escaped by the template that shows it)."""
-    text = " ".join(text.split())
-    return text if len(text) <= chars else text[: chars - 1] + "…"
-
-
-def thread_of(ids: Iterable[int]) -> dict[int, int]:
-    """Of these messages, those in a thread: id -> the id of the message it hangs on."""
-    return dict(Message.objects.filter(pk__in=list(ids), thread__isnull=False).values_list("id", "thread_id"))
-
