@@ -123,3 +123,53 @@ def test_a_thread_on_a_phone_is_full_screen_and_clean(chromium: Any, site: Any) 
     screenshot(page, "thread-phone")
     assert violations == [], violations_text(violations)
     page.context.close()
+
+
+def test_an_open_thread_catches_up_after_a_reconnect(chromium: Any, site: Any) -> None:
+    """The page's socket drops while a reply streams in the open thread and someone else
+    posts there: once it is back, the snapshot's #thread-live continues the reply in the
+    panel (its pieces after it), and the panel reads what was posted meanwhile."""
+    alice = open_room(chromium, site, "alice")
+    bob = open_room(chromium, site, "bob")
+    send(alice, "A thread to drop out of")
+    parent = alice.locator("#messages article[data-role=user]", has_text="drop out of").last
+    parent.wait_for()
+    parent_id = parent.get_attribute("id").removeprefix("msg-")
+    for page in (alice, bob):
+        page.locator(f"#msg-{parent_id}").hover()
+        page.locator(f"#msg-{parent_id} .act.thread").click()
+        page.locator(f"#thread-{parent_id}-list").wait_for()
+    alice.locator("#thread-box").fill("@slow take your time, in the thread")
+    alice.locator("#thread-box").press("Enter")
+    streaming = f"#thread-{parent_id}-list article[data-role=assistant][data-status=streaming]"
+    alice.wait_for_function(f"() => (document.querySelector('{streaming} .body') || {{}}).textContent?.length >= 20")
+    reply_id = alice.locator(streaming).get_attribute("id")
+
+    alice.evaluate(
+        """() => { window.snapshots = 0;
+                   document.addEventListener('htmx:wsAfterMessage', e => {
+                       if (String(e.detail.message).includes('id="thread-live"')) window.snapshots++; });
+                   window.wsWrapper = document.querySelector('.room')['htmx-internal-data'].webSocket;
+                   window.wsWrapper.socket.close(); }"""
+    )
+    alice.wait_for_selector("#conn.warn")
+    bob.locator("#thread-box").fill("posted while alice was away")
+    bob.locator("#thread-box").press("Enter")
+    bob.locator(f"#thread-{parent_id}-list article", has_text="while alice was away").wait_for()
+    alice.evaluate("() => window.wsWrapper.init()")
+    alice.wait_for_function("() => window.snapshots >= 1")
+    # The streaming reply came back from the snapshot, once, in the panel, and grows on.
+    alice.wait_for_function(
+        f"""() => {{ const a = document.querySelectorAll('#{reply_id}');
+                    const b = a.length === 1 && a[0].querySelector('.body');
+                    return a.length === 1 && a[0].closest('#thread-{parent_id}-list') !== null
+                        && (a[0].getAttribute('data-status') !== 'streaming'
+                            || (a[0].hasAttribute('data-length')
+                                && b.textContent.length > Number(a[0].getAttribute('data-length')))); }}"""
+    )
+    assert alice.locator("#thread-live > *").count() == 0
+    alice.locator(f"#thread-{parent_id}-list article", has_text="while alice was away").wait_for()
+    alice.locator(f"#{reply_id}[data-status=done]").wait_for(timeout=30_000)
+    assert alice.locator("#messages article[data-thread]").count() == 0
+    alice.context.close()
+    bob.context.close()
