@@ -16,7 +16,7 @@ from django.test import Client
 
 from collab.chat.models import Membership, Message, Room
 from collab.simulator.app import SimulatorApp
-from tests.conftest import Member, World, all_final, member
+from tests.conftest import Member, World, all_final, member, stalling
 from tests.test_history import exported
 from tests.test_pins import put, refused
 from tests.test_room import assert_integrity, slow
@@ -227,3 +227,17 @@ async def test_the_thread_view_search_and_exports(world: World) -> None:
     _, markdown, _ = await database_sync_to_async(exported)(world.bob, "/r/lab/export.md")
     assert f"### #{reply.seq} bob · user, done · ".encode() in markdown
     assert f"· in the thread on #{parent.seq}".encode() in markdown
+
+
+async def test_a_thread_on_a_reply_still_streaming_shows_with_its_final_article(world: World) -> None:
+    await stalling(world, "a")
+    async with member(world.alice) as alice:
+        await alice.post("@a start talking")
+        await alice.until(lambda f: any(r.role == "assistant" and r.pieces >= 1 for r in f.replies.values()))
+        [reply] = [i for i, r in alice.frames.replies.items() if r.role == "assistant"]
+        await post_in(alice, reply, "a thread on a reply still being written")
+        await alice.until(lambda f: len(thread_frames(alice.raw, reply)) == 1)
+        await alice.send(action="stop", message_id=reply)
+        await alice.until(lambda f: all_final(f, 1))
+    final = [f for f in alice.raw if f.startswith(f'<article id="msg-{reply}"') and 'hx-swap-oob="true"' in f][-1]
+    assert 'data-replies="1"' in (line([final], reply) or "")  # the count, as stored when it ended

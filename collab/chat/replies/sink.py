@@ -241,10 +241,11 @@ _STREAMING = PreparedUpdate(lambda reply_id: Message.objects.filter(pk=reply_id,
 
 # What may change in a reply's row while it streams, besides what its end writes: the votes
 # cast meanwhile, a tombstone, a personal reply shared with the room, its question deleted
-# by staff (the admin's delete: reply_to is SET_NULL), its versions (it was asked again, or another shown).
+# by staff (the admin's delete: reply_to is SET_NULL), its versions (it was asked again, or another shown),
+# a thread opened on it (services/threads.py: its "N replies" line).
 _MEANWHILE = (
     *("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id", "reply_to_id"),
-    *("versions", "version_hidden"),
+    *("versions", "version_hidden", "thread_replies", "thread_last_at"),
 )
 # That read, with the question's edit, its SQL compiled once (prepared.py): every reply's end.
 _CHANGED = Prepared(
