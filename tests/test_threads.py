@@ -241,3 +241,25 @@ async def test_a_thread_on_a_reply_still_streaming_shows_with_its_final_article(
         await alice.until(lambda f: all_final(f, 1))
     final = [f for f in alice.raw if f.startswith(f'<article id="msg-{reply}"') and 'hx-swap-oob="true"' in f][-1]
     assert 'data-replies="1"' in (line([final], reply) or "")  # the count, as stored when it ended
+
+
+@pytest.mark.parametrize("layer", ["memory"], indirect=True)
+async def test_a_thread_leaves_what_this_process_knows_of_the_room(world: World, sim: tuple[str, SimulatorApp]) -> None:
+    """Its frames change nothing of the room's history (replies/early.py): the room's next
+    post is still sent before it is stored, and right."""
+    from collab.chat.replies import early
+    from tests.test_early_requests import ask, count
+
+    async with member(world.alice) as alice:
+        await ask(alice, "@a a question in the room")
+        parent = await database_sync_to_async(Message.objects.filter(role="user").latest)("seq")
+        assert early.known(world.room.id) is not None
+        await post_in(alice, parent.pk, "@a and one in its thread")
+        await alice.until(lambda f: all_final(f, 2))
+        await alice.assert_silent()
+        assert early.known(world.room.id) is not None
+        taken = count("taken")
+        await ask(alice, "@a the room's next question")
+        assert count("taken") == taken + 1  # guessed from what it knew, and taken: the very request
+    turns = [t["content"] for t in request_with(sim, "next question")[1:]]
+    assert not any("in its thread" in t for t in turns)

@@ -104,13 +104,15 @@ def new_frames(question: Message, placeholders: list[Message], parent: Message |
     thread (`parent`: the message it hangs on, recounted), into the thread's list, with
     the parent's "N replies" line (services/threads.py)."""
     shared = [p for p in placeholders if p.recipient_id is None]
-    out = [frames.new(question.id, threads.frame_new([question, *shared], parent), [p.id for p in shared])]
+    html = threads.frame_new([question, *shared], parent)
+    out = [frames.new(question.id, html, [p.id for p in shared], thread=question.thread_id)]
     by_recipient: dict[int, list[Message]] = {}
     for p in placeholders:
         if p.recipient_id is not None:
             by_recipient.setdefault(p.recipient_id, []).append(p)
     for user_id, theirs in by_recipient.items():
-        out.append(frames.new(theirs[0].id, threads.frame_new(theirs), [p.id for p in theirs], to=user_id))
+        ids = [p.id for p in theirs]
+        out.append(frames.new(theirs[0].id, threads.frame_new(theirs), ids, to=user_id, thread=question.thread_id))
     return out
 
 

@@ -137,5 +137,5 @@ def store_merge(room: Room, question: Message, handle: object) -> tuple[Message,
 async def start(reply: Message, job: ReplyJob) -> None:
     """The merge streams to the room as a reply to its question (docs/wire.md, "merge")."""
     parent = reply.thread if reply.thread_id is not None else None
-    frame = frames.new(reply.id, threads.frame_new([reply], parent), [reply.id])
+    frame = frames.new(reply.id, threads.frame_new([reply], parent), [reply.id], thread=reply.thread_id)
     await start_and_announce([job], reply.room_id, frame, placeholders=[reply])

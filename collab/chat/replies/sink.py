@@ -285,6 +285,7 @@ def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | 
 async def send_final(message: Message) -> None:
     html = rendering.frame_final(message)
     # A personal reply: its recipient's sockets only.
-    await broadcast.to_room(message.room_id, frames.final(message.id, html, to=message.recipient_id))
+    frame = frames.final(message.id, html, to=message.recipient_id, thread=message.thread_id)
+    await broadcast.to_room(message.room_id, frame)
     # What is left, live: rooms with a budget only (one this process knows has none: no read).
     await budgets.announce(message.room_id, unlimited=early.known_unlimited(message.room_id))
