@@ -106,6 +106,10 @@
   doc.addEventListener("click", function (e) {
     var t = e.target.closest && e.target.closest("button.thread-close");
     if (t) close();
+    // A page without the panel (a message in context, ?at=): the thread opens in the live room.
+    var open = !panel() && e.target.closest && e.target.closest(".act.thread, .open-thread");
+    var m = open && /t\/([0-9]+)\//.exec(open.getAttribute("hx-get") || "");
+    if (m) location.href = location.pathname + "?thread=" + m[1];
   });
   doc.addEventListener("keydown", function (e) {
     var f = box();

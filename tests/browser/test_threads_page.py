@@ -101,8 +101,20 @@ def test_a_thread_answered_from_its_own_history_live_for_everyone(
     assert violations == [], violations_text(violations)
     alice.locator(".thread-close").click()
     assert not alice.locator("#thread").is_visible()
-    alice.context.close()
     bob.context.close()
+
+    # A search result in the thread opens the room with the thread open, at that message.
+    alice.goto(f"{site.url}/r/lab/search?q=Friday+release")
+    alice.locator("ol.hits li.hit a").first.click()
+    alice.wait_for_url(f"**/r/lab/?thread={parent_id}#msg-*")
+    alice.locator(f"#thread-{parent_id}-list article[data-role=user]", has_text="Friday release").wait_for()
+    # The room around a message (?at=) has no panel: its thread's line opens the live room's.
+    seq = alice.locator("#thread .thread-parent").get_attribute("data-seq")
+    alice.goto(f"{site.url}/r/lab/?at={seq}")
+    alice.locator(f"#msg-{parent_id}-thread button").click()
+    alice.wait_for_url(f"**/r/lab/?thread={parent_id}")
+    alice.locator(f"#thread-{parent_id}-list article[data-role=assistant]").wait_for()
+    alice.context.close()
 
 
 def test_a_thread_on_a_phone_is_full_screen_and_clean(chromium: Any, site: Any) -> None:
