@@ -31,7 +31,9 @@ def line(raw: list[str], parent: int) -> str | None:
 
 
 def thread_frames(raw: list[str], parent: int) -> list[str]:
-    return [f for f in raw if f.startswith(f'<div id="thread-{parent}-list" hx-swap-oob="beforeend"')]
+    """The frames with new articles of `parent`'s thread (into the page's #thread-live)."""
+    new = '<div id="thread-live" hx-swap-oob="beforeend">'
+    return [f for f in raw if f.startswith(new) and f'data-thread="{parent}"' in f]
 
 
 def snapshot_list(frame: str) -> str:

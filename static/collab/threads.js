@@ -1,21 +1,23 @@
-// Threads (docs/wire.md, "threads"): the panel a thread opens in, beside the room (full
+// Threads (docs/wire.md, "Threads"): the panel a thread opens in, beside the room (full
 // screen on a phone). htmx loads it from GET t/<id>/ (the "Reply in thread" button and the
-// "N replies" line) into <aside id="thread">; the thread's frames come over the room's socket
-// like every other: its new articles are appended to #thread-<id>-list by htmx itself (a
-// page without that thread open has no such list, and htmx drops them), its pieces and
-// final articles find their targets by id. This script only shows and hides the panel,
-// runs its box (Enter sends, emptied once our message is in the thread), keeps the list in
-// seq order, formats streaming replies (stream.js), and after a snapshot (a reconnect)
-// takes the thread's streaming replies out of #thread-live and reads the list again.
+// "N replies" line) into <aside id="thread">. A thread's frames come over the room's socket
+// like every other: its new articles are appended to the hidden #thread-live (and a
+// snapshot replaces it with the replies streaming in threads); pieces and final articles
+// find their targets by id. This script deals #thread-live's articles out: those of the
+// open thread into its list, a streaming reply of another thread stays in #thread-live
+// (its pieces keep it exact until it ends; opening its thread takes it from there), the
+// rest is dropped. It also shows and hides the panel, runs its box (Enter sends, emptied
+// once our message is in the thread), keeps the list in seq order, and formats the
+// streaming replies shown (stream.js).
 (function () {
   "use strict";
   var doc = document;
   var pending = null; // the client_id of our last post in the thread, until its article arrives
-  var live = []; // streaming articles of the open thread, formatted by stream.js
   var scheduled = false;
 
   function byId(id) { return doc.getElementById(id); }
   function panel() { return byId("thread"); }
+  function holder() { return byId("thread-live"); }
   function view() { var p = panel(); return p ? p.querySelector(".thread-view") : null; }
   function openThread() { var v = view(); return v ? v.getAttribute("data-thread") : null; }
   function list() { var t = openThread(); return t ? byId("thread-" + t + "-list") : null; }
@@ -28,31 +30,48 @@
     return h.slice(0, 8) + "-" + h.slice(8, 12) + "-" + h.slice(12, 16) + "-" + h.slice(16, 20) + "-" + h.slice(20);
   }
   function seqOf(a) { return Number(a.getAttribute("data-slot-seq") || a.getAttribute("data-seq")); }
+  function children(el) { return Array.prototype.slice.call(el.querySelectorAll(":scope > article[id]")); }
+  function streaming(a) { return a.getAttribute("data-status") === "streaming"; }
 
-  // One article per id (a shared personal reply comes again), in seq order.
+  // #thread-live's articles: into the open thread's list (in place of its copy), kept
+  // while streaming, else dropped.
+  function deal() {
+    var live = holder(), el = list(), t = openThread();
+    if (!live) return;
+    children(live).forEach(function (a) {
+      if (el && a.getAttribute("data-thread") === t) {
+        var old = el.querySelector(":scope > #" + CSS.escape(a.id));
+        if (old) old.replaceWith(a); else el.appendChild(a);
+      } else if (!streaming(a)) {
+        a.remove();
+      }
+    });
+  }
+
+  // One article per id, in seq order.
   function tidy(el) {
-    if (!el) return;
     var seen = {};
-    el.querySelectorAll(":scope > article[id]").forEach(function (a) {
+    children(el).forEach(function (a) {
       if (seen[a.id] && seen[a.id] !== a) seen[a.id].replaceWith(a);
       seen[a.id] = a;
     });
-    var all = Array.prototype.slice.call(el.querySelectorAll(":scope > article[data-seq]"));
-    var sorted = all.slice().sort(function (a, b) { return seqOf(a) - seqOf(b); });
-    for (var i = 0; i < sorted.length; i++) if (sorted[i] !== all[i]) { sorted.forEach(function (a) { el.appendChild(a); }); break; }
+    var all = children(el), sorted = all.slice().sort(function (a, b) { return seqOf(a) - seqOf(b); });
+    for (var i = 0; i < sorted.length; i++) {
+      if (sorted[i] !== all[i]) { sorted.forEach(function (a) { el.appendChild(a); }); break; }
+    }
   }
   function render() {
     scheduled = false;
+    deal();
     var el = list();
-    if (!el) { live = []; return; }
+    if (!el) return;
     var near = el.scrollHeight - el.scrollTop - el.clientHeight < 40;
     tidy(el);
     var stream = window.collabStream;
-    live = [];
     if (stream) {
       el.querySelectorAll("article[data-status=streaming]").forEach(function (a) {
         var s = stream.state(a);
-        if (s) { live.push(s); stream.render(s); }
+        if (s) stream.render(s);
       });
     }
     // A code block wider than the narrow panel scrolls: reachable from the keyboard.
@@ -76,10 +95,10 @@
     if (!p) return;
     p.hidden = !on;
     if (room) room.classList.toggle("thread-open", on);
-    if (!on) { p.textContent = ""; live = []; pending = null; }
   }
   function opened() {
     show(true);
+    deal(); // the thread's streaming replies as this page has them, in place of the stored text
     var f = box(), el = list();
     if (f) {
       f.client_id.value = uuid4();
@@ -94,12 +113,23 @@
     schedule();
   }
   function close() {
-    var t = openThread();
+    var t = openThread(), el = list(), live = holder();
+    // Its replies still streaming go back where their pieces keep finding them.
+    if (el && live) el.querySelectorAll(":scope > article[data-status=streaming]").forEach(function (a) { live.appendChild(a); });
     show(false);
+    panel().textContent = "";
+    pending = null;
     var back = t && doc.querySelector("#msg-" + t + "-thread button, #msg-" + t + " .act.thread");
     if (back) back.focus();
   }
 
+  doc.addEventListener("htmx:beforeSwap", function (e) {
+    // Opening another thread: the one open gives its streaming replies back first.
+    if (e.detail && e.detail.target && e.detail.target.id === "thread" && openThread()) {
+      var el = list(), live = holder();
+      if (el && live) el.querySelectorAll(":scope > article[data-status=streaming]").forEach(function (a) { live.appendChild(a); });
+    }
+  });
   doc.addEventListener("htmx:afterSwap", function (e) {
     if (e.detail && e.detail.target && e.detail.target.id === "thread") opened();
   });
@@ -112,8 +142,8 @@
     if (m) location.href = location.pathname + "?thread=" + m[1];
   });
   doc.addEventListener("keydown", function (e) {
-    var f = box();
-    if (e.key === "Escape" && panel() && !panel().hidden && panel().contains(e.target)) { close(); return; }
+    var f = box(), p = panel();
+    if (e.key === "Escape" && p && !p.hidden && p.contains(e.target)) { close(); return; }
     if (!f || e.target !== f.text) return;
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
@@ -129,33 +159,18 @@
     pending = String(params.client_id).toLowerCase();
   });
 
-  // After a snapshot: the thread's replies streaming now (with their text so far) go in
-  // the open list, the rest of #thread-live is dropped, and the list is read again for
-  // what was posted while the page was away (a streaming article already here is kept:
-  // its pieces continue it).
-  function resumed() {
-    var holder = byId("thread-live"), el = list();
-    if (!holder) return;
-    if (el) {
-      var t = openThread();
-      Array.prototype.slice.call(holder.querySelectorAll(":scope > article")).forEach(function (a) {
-        if (a.getAttribute("data-thread") !== t) return;
-        var old = el.querySelector("#" + CSS.escape(a.id));
-        if (old) old.replaceWith(a); else el.appendChild(a);
-      });
-    }
-    holder.textContent = "";
-    if (el) reread(openThread());
-  }
+  // After a snapshot (a reconnect): its #thread-live holds the replies streaming in
+  // threads; the open list is read again for what was posted while the page was away,
+  // keeping the streaming articles it has (their pieces continue them).
   function reread(t) {
     fetch("t/" + t + "/", { credentials: "same-origin" }).then(function (r) { return r.ok ? r.text() : null; }).then(function (html) {
       var el = list();
       if (!html || !el || openThread() !== t) return;
       var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("thread-" + t + "-list");
       if (!fresh) return;
-      Array.prototype.slice.call(fresh.querySelectorAll(":scope > article")).forEach(function (a) {
-        var old = el.querySelector("#" + CSS.escape(a.id));
-        if (old && old.getAttribute("data-status") === "streaming") return;
+      children(fresh).forEach(function (a) {
+        var old = el.querySelector(":scope > #" + CSS.escape(a.id));
+        if (old && streaming(old) && streaming(a)) return; // its pieces continue ours (an ended one: the stored)
         var node = doc.importNode(a, true);
         if (old) old.replaceWith(node); else el.appendChild(node);
         if (window.htmx) htmx.process(node);
@@ -165,9 +180,15 @@
   }
   doc.addEventListener("htmx:oobAfterSwap", function (e) {
     var t = e.detail && e.detail.target;
-    if (t && t.id === "thread-live") resumed();
+    if (!t || t.id !== "thread-live") return;
+    deal(); // at once: no two articles of one id wait for the next frame
+    schedule();
   });
-  doc.addEventListener("htmx:wsAfterMessage", function () { if (openThread()) schedule(); });
+  doc.addEventListener("htmx:wsAfterMessage", function (e) {
+    var text = e.detail && e.detail.message;
+    if (typeof text === "string" && text.indexOf('<div id="thread-live" hidden') !== -1 && openThread()) reread(openThread());
+    schedule();
+  });
 
   // A search result in a thread links to the room with ?thread=ID: open it.
   doc.addEventListener("DOMContentLoaded", function () {

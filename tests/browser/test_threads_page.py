@@ -185,3 +185,35 @@ def test_an_open_thread_catches_up_after_a_reconnect(chromium: Any, site: Any) -
     assert alice.locator("#messages article[data-thread]").count() == 0
     alice.context.close()
     bob.context.close()
+
+
+def test_a_thread_opened_while_its_reply_streams_shows_it_exactly(chromium: Any, site: Any) -> None:
+    """A page keeps the replies streaming in threads it has not open (hidden, in
+    #thread-live): its pieces always find them, so it logs no missing target, and opening
+    the thread shows the reply as streamed, not its stored checkpoint with pieces after."""
+    alice = open_room(chromium, site, "alice")
+    bob = open_room(chromium, site, "bob")
+    errors: list[str] = []
+    bob.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    send(alice, "A thread to open late")
+    parent = alice.locator("#messages article[data-role=user]", has_text="open late").last
+    parent.wait_for()
+    parent_id = parent.get_attribute("id").removeprefix("msg-")
+    parent.hover()
+    parent.get_by_role("button", name="Reply in thread").click()
+    alice.locator("#thread-box").fill("@slow write on, in the thread")
+    alice.locator("#thread-box").press("Enter")
+    live = f"#thread-{parent_id}-list article[data-role=assistant][data-status=streaming] .body.raw"
+    alice.wait_for_function(f"() => (document.querySelector('{live}') || {{}}).textContent?.length >= 40")
+    bob.locator(f"#msg-{parent_id}-thread button").click()  # "2 replies": bob opens it mid-reply
+    bob.wait_for_function(f"() => (document.querySelector('{live}') || {{}}).textContent?.length >= 80")
+    ours, theirs = (page.locator(live).text_content() or "" for page in (bob, alice))
+    assert ours and theirs and (theirs.startswith(ours) or ours.startswith(theirs)), (ours[:200], theirs[:200])
+    for page in (alice, bob):
+        page.locator(f"#thread-{parent_id}-list article[data-role=assistant][data-status=done]").wait_for(
+            timeout=30_000
+        )
+    assert not [e for e in errors if "oobErrorNoTarget" in e], errors
+    assert bob.locator("#thread-live > *").count() == 0
+    alice.context.close()
+    bob.context.close()

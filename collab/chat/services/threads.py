@@ -95,15 +95,16 @@ def line(parent: Message, oob: bool = True) -> str:
 
 
 def frame_new(messages: Sequence[Message], parent: Message | None = None) -> str:
-    """New messages: appended to the room's list, or, in a thread, to the thread's list
-    (`#thread-P-list`: only a page with that thread open has it; any other page ignores
-    them), with the parent's line when it is given."""
+    """New messages: appended to the room's list, or, in a thread, to the page's hidden
+    `#thread-live` (static/collab/threads.js moves them into the thread's panel when it
+    is open, keeps a streaming reply there until it ends, so that its pieces always find
+    it, and drops the rest), with the parent's line when it is given."""
     thread = messages[0].thread_id if messages else None
     if thread is None:
         return rendering.frame_new(messages)
     limit = rendering.budget("FRAME_ARTICLE_BYTES")
     articles = [rendering.article(m, limit=limit) for m in messages]
-    html = _frame.render({"thread": thread, "articles": articles}).strip()
+    html = _frame.render({"articles": articles}).strip()
     return html + (line(parent) if parent is not None else "")
 
 
