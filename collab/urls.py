@@ -4,7 +4,7 @@ from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from collab.chat import history_views, settings_views, views
+from collab.chat import history_views, settings_views, thread_views, views
 from collab.signin import oidc
 from collab.signin import views as signin_views
 
@@ -23,6 +23,7 @@ urlpatterns = [
     path("r/<slug:slug>/", views.room, name="room"),
     path("r/<slug:slug>/older/", views.room_older, name="room_older"),
     path("r/<slug:slug>/m/<int:message_id>/", views.message_full, name="message_full"),
+    path("r/<slug:slug>/t/<int:message_id>/", thread_views.thread, name="thread"),
     path("r/<slug:slug>/m/<int:message_id>/edit/", history_views.edit_form, name="message_edit"),
     path("r/<slug:slug>/search", history_views.search, name="room_search"),
     re_path(r"^r/(?P<slug>[-a-zA-Z0-9_]+)/export\.(?P<fmt>md|json)$", history_views.export, name="room_export"),

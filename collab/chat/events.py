@@ -42,6 +42,7 @@ class RoomFrame(TypedDict):
     by: NotRequired[str]  # the socket whose own change this announces: it already knows
     not_user: NotRequired[int]  # a frame without `msg` that this user's own sockets skip (typing)
     to: NotRequired[int]  # a personal reply's recipient: sent to their member_group only (broadcast.py)
+    thread: NotRequired[int]  # a thread's message (services/threads.py): no change to the room's history
 
 
 class MembershipEnded(TypedDict):

@@ -13,12 +13,17 @@ from collections.abc import Sequence
 from collab.chat.events import RoomFrame
 
 
-def new(msg: int, html: str, replies: Sequence[int] = (), *, to: int | None = None) -> RoomFrame:
+def new(
+    msg: int, html: str, replies: Sequence[int] = (), *, to: int | None = None, thread: int | None = None
+) -> RoomFrame:
     """Articles that were not there: a message and the replies it starts (each socket
-    then expects their pieces from offset 0)."""
+    then expects their pieces from offset 0). `thread`: they are in that thread
+    (services/threads.py), which changes nothing of the room's own history."""
     frame: RoomFrame = {"type": "room.frame", "kind": "new", "msg": msg, "replies": list(replies), "html": html}
     if to is not None:
         frame["to"] = to
+    if thread is not None:
+        frame["thread"] = thread
     return frame
 
 
@@ -38,12 +43,16 @@ def delta(msg: int, offset: int, text_length: int, html: str, *, to: int | None 
     return frame
 
 
-def final(msg: int, html: str, *, to: int | None = None, resume: Sequence[int] | None = None) -> RoomFrame:
+def final(
+    msg: int, html: str, *, to: int | None = None, resume: Sequence[int] | None = None, thread: int | None = None
+) -> RoomFrame:
     """A message's article whole, replacing the one shown; `resume`: a reply streaming
-    again (continue) takes pieces from these offsets [answer, thinking] on."""
+    again (continue) takes pieces from these offsets [answer, thinking] on; `thread`: as new's."""
     frame: RoomFrame = {"type": "room.frame", "kind": "final", "msg": msg, "html": html}
     if to is not None:
         frame["to"] = to
+    if thread is not None:
+        frame["thread"] = thread
     if resume is not None:
         frame["resume"] = list(resume)
     return frame

@@ -359,6 +359,12 @@ class Message(models.Model):
     version = models.PositiveSmallIntegerField(default=1)
     versions = models.PositiveSmallIntegerField(default=1)
     version_hidden = models.BooleanField(default=False)
+    # Threads (docs/wire.md, "threads"; services/threads.py): a message of a thread points to
+    # the top-level message it hangs on, and stays out of the room's timeline. The parent
+    # keeps its thread's count and last message's time, bumped in the post's transaction.
+    thread = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    thread_replies = models.PositiveIntegerField(default=0)
+    thread_last_at = models.DateTimeField(null=True, blank=True)
 
     objects = MessageQuerySet.as_manager()
 

@@ -64,6 +64,7 @@ _ERROR = re.compile(r'<p class="error" data-code="([^"]+)">(.*?)</p>', re.S)
 _MEMBER = re.compile(r'<li class="[^"]*" data-user="([^"]+)" data-online="([01])">')
 SNAPSHOT_PREFIX = '<div id="messages" hx-swap-oob="true"'
 _NEW = '<div id="messages" hx-swap-oob="beforeend"'
+_NEW_IN_THREAD = re.compile(r'<div id="thread-live" hx-swap-oob="beforeend"')  # a thread's new articles
 _NONCE = re.compile(r"\blt[0-9a-f]{16}\b")
 _TAG = re.compile(r"<[^>]*>")
 _WORD = re.compile(r"[A-Za-z_]{2,}")
@@ -236,7 +237,7 @@ def parse_frame(data: bytes) -> Parsed:
     text = data.decode("utf-8", "replace")
     if text.startswith(SNAPSHOT_PREFIX):
         return Parsed("snapshot", articles=articles(text))
-    if text.startswith(_NEW):
+    if text.startswith(_NEW) or _NEW_IN_THREAD.match(text):
         found = articles(text)
         nonce = None
         for a in found:

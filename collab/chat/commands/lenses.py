@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from collab.chat import broadcast, frames, rendering, shared, slots
+from collab.chat import broadcast, frames, shared, slots
 from collab.chat.commands.registry import REPLY, Access, Ctx, command
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message
+from collab.chat.services import threads
 from collab.chat.services.lenses import check_lens, lens_html
 
 STREAMING = ("share.streaming", "This reply is still being written: share it once it has ended.")
@@ -53,6 +54,8 @@ def _store_share(access: Access, message: Message, ids: list[int]) -> Message:
         shown = slots.slot_of(slots.slot_id(message)).filter(version_hidden=False).select_related("reply_to")
         message = shown.first() or message
     message.recipient = None  # made_for and lens stay: the room sees whose it was, and its lens
+    if message.thread_id is not None:  # shared in a thread: one more reply there (services/threads.py)
+        message.thread = threads.recount(message.thread_id)
     return message
 
 
@@ -69,4 +72,5 @@ async def share(ctx: Ctx) -> None:
     if await shared.backend().leased(ids):
         raise ClientError(*STREAMING)
     shown = await ctx.store(_store_share, message, ids)
-    await broadcast.to_room(ctx.room_id, frames.other(rendering.frame_new([shown])))
+    parent = shown.thread if shown.thread_id is not None else None
+    await broadcast.to_room(ctx.room_id, frames.other(threads.frame_new([shown], parent)))

@@ -7,16 +7,25 @@ import uuid
 from collab.chat import rendering
 from collab.chat.commands.registry import Ctx, command
 from collab.chat.replies import posting
-from collab.chat.services import availability
+from collab.chat.services import availability, threads
 from collab.chat.services.rooms import take_post_token
 
+PARAMS = {"text": posting.check_text, "client_id": posting.check_client_id, "thread": threads.check_thread}
 
-@command("post", params={"text": posting.check_text, "client_id": posting.check_client_id}, rate=take_post_token)
-async def post(ctx: Ctx, text: str, client_id: uuid.UUID | None) -> None:
+
+@command("post", params=PARAMS, rate=take_post_token)
+async def post(ctx: Ctx, text: str, client_id: uuid.UUID | None, thread: int | None) -> None:
     # The member is checked on the database thread as the post is stored (ctx.check): its
-    # model requests may go out before that (replies/early.py), never a wrong one.
+    # model requests may go out before that (replies/early.py), never a wrong one. `thread`:
+    # a reply in the thread of that message (services/threads.py), checked as it is stored.
     result = await posting.post_message(
-        ctx.user_id, ctx.room_id, text, client_id, ctx.socket.username, member=lambda: ctx.check().membership
+        ctx.user_id,
+        ctx.room_id,
+        text,
+        client_id,
+        ctx.socket.username,
+        member=lambda: ctx.check().membership,
+        thread=thread,
     )
     if result.unsent_frame is not None:  # stored, not broadcast: the poster sees it now
         await ctx.tell(result.unsent_frame)

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.template.loader import get_template
 
-from collab.chat import broadcast, frames, rendering
+from collab.chat import broadcast, frames
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomFrame
 from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.replies.jobs import create_placeholders
-from collab.chat.services import availability
+from collab.chat.services import availability, threads
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +98,21 @@ def create(
     return placeholders
 
 
-def new_frames(question: Message, placeholders: list[Message]) -> list[RoomFrame]:
+def new_frames(question: Message, placeholders: list[Message], parent: Message | None = None) -> list[RoomFrame]:
     """The "new" frames of a post: the room's (the question, and its shared replies), then
-    one per recipient of personal replies (their articles, to their sockets only)."""
+    one per recipient of personal replies (their articles, to their sockets only). In a
+    thread (`parent`: the message it hangs on, recounted), into the thread's list, with
+    the parent's "N replies" line (services/threads.py)."""
     shared = [p for p in placeholders if p.recipient_id is None]
-    out = [frames.new(question.id, rendering.frame_new([question, *shared]), [p.id for p in shared])]
+    html = threads.frame_new([question, *shared], parent)
+    out = [frames.new(question.id, html, [p.id for p in shared], thread=question.thread_id)]
     by_recipient: dict[int, list[Message]] = {}
     for p in placeholders:
         if p.recipient_id is not None:
             by_recipient.setdefault(p.recipient_id, []).append(p)
     for user_id, theirs in by_recipient.items():
-        out.append(frames.new(theirs[0].id, rendering.frame_new(theirs), [p.id for p in theirs], to=user_id))
+        ids = [p.id for p in theirs]
+        out.append(frames.new(theirs[0].id, threads.frame_new(theirs), ids, to=user_id, thread=question.thread_id))
     return out
 
 

@@ -152,7 +152,8 @@ def epoch(room_id: int) -> Epoch:
 def saw(room_id: int, frame: Mapping[str, Any]) -> None:
     """A frame of the room's group, as this process receives it."""
     kind = frame["kind"]
-    if kind == "delta" or "not_user" in frame:  # a piece of a reply, someone typing: no change to the history
+    # A piece of a reply, someone typing, a thread's message (services/threads.py): no change to the history.
+    if kind == "delta" or "not_user" in frame or "thread" in frame:
         return
     with _lock:
         expected = _expected.get(room_id)

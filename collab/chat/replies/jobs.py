@@ -24,7 +24,7 @@ from collab.chat.models import Assistant, Message, Room, room_order
 from collab.chat.prepared import Prepared
 from collab.chat.replies import agents
 from collab.chat.replies.sink import RoomSink
-from collab.chat.services import availability, budgets, votes
+from collab.chat.services import availability, budgets, threads, votes
 from collab.chat.services.lenses import personal_lenses
 from collab.chat.services.providers import deployment_slots, prices, provider_config
 
@@ -38,6 +38,8 @@ def read_history(room: Room, answered: Message) -> list[HistoryRow]:
     the context needs, and no more messages than a budget could hold. Shared messages
     only: nobody's personal replies (docs/architecture.md#a-personal-replies); of a reply
     with versions, the one shown alone, in its slot's place (docs/architecture.md#a-versions)."""
+    if answered.thread_id is not None:  # in a thread: the thread, not the room (services/threads.py)
+        return threads.history_rows(room, answered)
     rows = [HistoryRow._make(row) for row in _HISTORY.values(room.id, answered.seq, answered.seq)[::-1]]
     return sorted(rows, key=room_order)
 
@@ -46,7 +48,9 @@ def read_history(room: Room, answered: Message) -> list[HistoryRow]:
 # after `answered` whose slot is before it is in its history (the slot's shown version).
 _HISTORY = Prepared(
     lambda room_id, seq, slot_seq: (
-        Message.objects.filter(Q(seq__lte=seq) | Q(slot_seq__lte=slot_seq), room_id=room_id, version_hidden=False)
+        Message.objects.filter(
+            Q(seq__lte=seq) | Q(slot_seq__lte=slot_seq), room_id=room_id, version_hidden=False, thread__isnull=True
+        )
         .shared()
         .order_by("-seq")
         .values_list(*HISTORY_COLUMNS)[:HISTORY_MESSAGES]
@@ -105,6 +109,7 @@ def create_placeholders(
             assistant=a,
             author_name=a.display_name,
             reply_to=answered,
+            thread_id=answered.thread_id,  # a reply in a thread stays in it (services/threads.py)
             status=Message.Status.STREAMING,
             model=a.model_name,
             recipient=recipient,

@@ -22,13 +22,13 @@ import re
 from django.conf import settings
 from django.db import transaction
 
-from collab.chat import frames, rendering
+from collab.chat import frames
 from collab.chat.errors import ClientError
 from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
 from collab.chat.replies import each
 from collab.chat.replies.jobs import create_placeholders, reply_jobs, start_and_announce
-from collab.chat.services import availability, budgets, votes
+from collab.chat.services import availability, budgets, threads, votes
 from collab.chat.services.rooms import allocate_seqs
 
 _HANDLE = re.compile(r"@?([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
@@ -129,10 +129,13 @@ def store_merge(room: Room, question: Message, handle: object) -> tuple[Message,
         reply.save(update_fields=["merge_of", "merge_seqs"])
         (job,) = reply_jobs(room, [reply], question)
         merge_job(job, answers, assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"])
+        if reply.thread_id is not None:  # a merge in a thread: one more there (services/threads.py)
+            reply.thread = threads.recount(reply.thread_id)
         return reply, job
 
 
 async def start(reply: Message, job: ReplyJob) -> None:
     """The merge streams to the room as a reply to its question (docs/wire.md, "merge")."""
-    frame = frames.new(reply.id, rendering.frame_new([reply]), [reply.id])
+    parent = reply.thread if reply.thread_id is not None else None
+    frame = frames.new(reply.id, threads.frame_new([reply], parent), [reply.id], thread=reply.thread_id)
     await start_and_announce([job], reply.room_id, frame, placeholders=[reply])

@@ -25,7 +25,7 @@ from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.prepared import Prepared
 from collab.chat.replies import agents, each, early
 from collab.chat.replies.jobs import ReplyJob, read_history, reply_jobs, start_and_announce
-from collab.chat.services import availability, budgets, rooms
+from collab.chat.services import availability, budgets, rooms, threads
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ class PostResult:
     # The "new" frame, when it could not be broadcast (the layer was away): the poster's
     # own socket shows it; the others converge when the layer is back.
     unsent_frame: str | None = None
+    # A post in a thread: the message it hangs on, its count as this post left it.
+    parent: Message | None = None
 
 
 def check_text(text: object) -> str:
@@ -169,10 +171,12 @@ def store_post(
     client_id: uuid.UUID | None,
     html: str | None = None,
     member: Callable[[], Membership] | None = None,
+    thread: int | None = None,
 ) -> tuple[PostResult, list[Message], list[ReplyJob]]:
     """Store a post and its replies' placeholders, and build their jobs. `member`: the
     poster's membership as the caller checked it (the post command's Access); without
-    it, it is read here (one compiled query)."""
+    it, it is read here (one compiled query). `thread`: the message it replies to in a
+    thread (services/threads.py)."""
     since = early.epoch(room_id)  # what this process knows of the room, as of now (replies/early.py)
     try:
         with transaction.atomic():
@@ -182,6 +186,7 @@ def store_post(
             # docs/benchmarks/2026-12-04.md#b-post-statements).
             room = membership.room
             rooms.check_open(room)
+            parent = threads.parent_for_post(membership, thread) if thread is not None else None
             asked = _invoked(room, text)
             assistants, unknown, in_room = asked.assistants, asked.unknown, asked.in_room
             review = agents.review_of(text, assistants)  # `@critic review @planner`: the critic alone
@@ -208,8 +213,11 @@ def store_post(
                 client_id=client_id,
                 text=text,
                 html=render_user_markdown(text) if html is None else html,
+                thread=parent,
             )
             placeholders = each.create(room, message, assistants, personal, seq + 1)
+            if parent is not None:  # its "N replies · last HH:MM", in the same transaction
+                parent = threads.recount(parent.pk)
     except (IntegrityError, ClientError) as exc:
         # A member's repeat of a stored post (a resend, or the same client_id posted
         # concurrently: the other one won): its insert broke the unique constraint, or the
@@ -227,11 +235,11 @@ def store_post(
         if placeholders:
             rows = read_history(room, message)
             jobs = reply_jobs(room, placeholders, message, rows)
-            if review is None and personal is None:  # a review's or `/each`'s frames: not guessed
+            if review is None and personal is None and parent is None:  # not guessed: a review, `/each`, a thread
                 placed = [row_of(p) for p in placeholders]
                 ours = [("new", message.id), *(("final", p.id) for p in placeholders)]
                 early.remember(room, in_room, [*rows, *placed], since, ours)
-        else:
+        elif parent is None:  # a thread's message is no row of the room's history
             early.posted(message, since)
         if review is not None:
             agents.give_review(jobs, room, review, message)
@@ -239,7 +247,7 @@ def store_post(
         log.exception("post %s stored, but its replies' context could not be read", message.id)
         jobs = []
         _fail(placeholders, "Could not read this conversation for the reply; ask again.")
-    result = PostResult(message, created=True, unknown_mentions=unknown, refused=refused)
+    result = PostResult(message, created=True, unknown_mentions=unknown, refused=refused, parent=parent)
     result.unavailable = asked.unavailable
     return result, placeholders, jobs
 
@@ -292,17 +300,19 @@ async def post_message(
     client_id: uuid.UUID | None = None,
     author_name: str = "",
     member: Callable[[], Membership] | None = None,
+    thread: int | None = None,
 ) -> PostResult:
     """Post a checked text (check_text, check_client_id): store it, then start the
     replies it asks for. `author_name`: the poster's, from their socket; with it, the
     post's model requests may be sent before it is stored (replies/early.py). `member`:
-    as store_post's, run on the database thread before the post is stored."""
-    guesses = _guess(room_id, author_name, text) if author_name else []
+    as store_post's, run on the database thread before the post is stored. `thread`: the
+    message it replies to in a thread (never guessed early: its history is the thread's)."""
+    guesses = _guess(room_id, author_name, text) if author_name and thread is None else []
     try:
         # Markdown and Pygments are CPU work: off the event loop, and off the one database
         # thread that every post and reply end queue on.
         html = await arender_user_markdown(text)
-        stored = await database_sync_to_async(store_post)(user_id, room_id, text, client_id, html, member)
+        stored = await database_sync_to_async(store_post)(user_id, room_id, text, client_id, html, member, thread)
     except BaseException:  # not stored (refused, the database away, cancelled): no request goes on
         early.adopt(guesses, [])
         raise
@@ -311,7 +321,7 @@ async def post_message(
     if result.created:
         metrics.POSTS.inc()
         try:
-            frames = each.new_frames(result.message, placeholders)  # the room's, then one per `/each` recipient
+            frames = each.new_frames(result.message, placeholders, result.parent)  # the room's, then `/each`'s
         except BaseException:  # no reply starts: the requests its jobs took are given up
             early.give_up(jobs)
             raise

@@ -241,10 +241,11 @@ _STREAMING = PreparedUpdate(lambda reply_id: Message.objects.filter(pk=reply_id,
 
 # What may change in a reply's row while it streams, besides what its end writes: the votes
 # cast meanwhile, a tombstone, a personal reply shared with the room, its question deleted
-# by staff (the admin's delete: reply_to is SET_NULL), its versions (it was asked again, or another shown).
+# by staff (the admin's delete: reply_to is SET_NULL), its versions (it was asked again, or another shown),
+# a thread opened on it (services/threads.py: its "N replies" line).
 _MEANWHILE = (
     *("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id", "reply_to_id"),
-    *("versions", "version_hidden"),
+    *("versions", "version_hidden", "thread_replies", "thread_last_at"),
 )
 # That read, with the question's edit, its SQL compiled once (prepared.py): every reply's end.
 _CHANGED = Prepared(
@@ -284,6 +285,7 @@ def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | 
 async def send_final(message: Message) -> None:
     html = rendering.frame_final(message)
     # A personal reply: its recipient's sockets only.
-    await broadcast.to_room(message.room_id, frames.final(message.id, html, to=message.recipient_id))
+    frame = frames.final(message.id, html, to=message.recipient_id, thread=message.thread_id)
+    await broadcast.to_room(message.room_id, frame)
     # What is left, live: rooms with a budget only (one this process knows has none: no read).
     await budgets.announce(message.room_id, unlimited=early.known_unlimited(message.room_id))

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from collab.chat import rendering, shared
 from collab.chat.models import Message, Room
-from collab.chat.services import panels
+from collab.chat.services import panels, threads
 from collab.chat.services.rooms import members_of
 
 NO_FLOOR = math.inf  # a snapshot message that takes no more pieces, only its final article
@@ -20,7 +20,9 @@ def _recent(room_id: int, before_seq: int | None = None, user_id: int | None = N
     limit = settings.COLLAB["HISTORY_MESSAGES"]
     # Shared messages and this member's own personal replies (docs/architecture.md#a-personal-replies);
     # of a reply's versions, the one shown (docs/architecture.md#a-versions).
-    qs = Message.objects.filter(room_id=room_id, version_hidden=False).visible_to(user_id).select_related("recipient")
+    # Not the messages of threads (services/threads.py): they show in their thread's panel.
+    qs = Message.objects.filter(room_id=room_id, version_hidden=False, thread__isnull=True)
+    qs = qs.visible_to(user_id).select_related("recipient")
     if before_seq is not None:
         qs = qs.filter(seq__lt=before_seq)
     page = list(qs.order_by("-seq")[: limit + 1])
@@ -58,6 +60,9 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
     online = await state.online(room_id)
     members = await database_sync_to_async(members_of)(room_id, online)
     panels_html = await database_sync_to_async(panels.render_all)(room_id, user_id, True)
+    # The replies streaming in threads, for a page with their thread open (and their floors:
+    # a reconnect resumes them too), outside the room's list.
+    thread_live, thread_floors = await threads.live_html(room_id, user_id)
     live_texts: dict[int, str] = {}
     thinking: dict[int, str] = {}  # a reasoning model's thinking so far, floor -id (consumers.take_frame)
     states: dict[int, str] = {}
@@ -82,7 +87,7 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
     row = await Room.objects.filter(pk=room_id).values_list("status", "name").afirst()
     # The room's status and name as they are now: a page that missed their frames catches up.
     header = rendering.room_status(row[0]) + rendering.room_name(row[1]) if row else rendering.room_status("open")
-    members_html = rendering.frame_members(members) + header + panels_html
+    members_html = rendering.frame_members(members) + header + panels_html + thread_live
     html, _page = rendering.frame_snapshot(
         messages,
         live_texts,
@@ -92,4 +97,5 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
         members_html=members_html,
         live_thinking=thinking,
     )
+    floors.update(thread_floors)
     return html, members_html, floors

@@ -59,6 +59,7 @@ FIELDS = (
     "versions",
     "slot_seq",
     "version_hidden",
+    "thread__seq",  # a message in a thread: the seq of the message it hangs on (services/threads.py)
 )
 
 
@@ -92,6 +93,7 @@ def record_of(row: dict[str, Any]) -> dict[str, object]:
         "lens": row["lens"] or None,
         "merged_from": row["merge_seqs"] or None,
         **_version(row),
+        "thread": row["thread__seq"],
     }
 
 
@@ -141,6 +143,8 @@ def markdown_message(record: dict[str, object]) -> str:
         head += f" · for {record['recipient']} only"
     elif record.get("made_for"):  # a personal reply its recipient shared with the room
         head += f" · for {record['made_for']}, shared"
+    if record.get("thread"):  # a reply in a thread, marked under the message it hangs on
+        head = f"{head} · in the thread on #{record['thread']}"
     body = str(record["text"]) or "_(no text)_"
     if record.get("reasoning"):  # the thinking, folded, before the answer
         body = f"<details><summary>Thinking</summary>\n\n{record['reasoning']}\n\n</details>\n\n{body}"
