@@ -94,7 +94,9 @@ def test_reload_mid_reply_resumes(chromium: Any, site: Any) -> None:
 def test_the_owner_sees_stop_on_a_members_reply(chromium: Any, site: Any) -> None:
     alice = open_room(chromium, site, "alice")
     bob = open_room(chromium, site, "bob")
-    send(bob, "@slow and what do you think?")
+    # {{hold}}: the simulated model streams until the reply is stopped, so the click below
+    # cannot lose a race with the reply's own end on a slow machine.
+    send(bob, "@slow and what do you think? {{hold}}")
     article_id = streaming_article(bob).get_attribute("id")
     alice.wait_for_selector(f"#{article_id}[data-status=streaming]")
     # The asker and the owner (who moderates) may stop it: both see Stop. The owner stops it.
