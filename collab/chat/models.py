@@ -25,6 +25,7 @@ from collab.chat.provider_models import (  # noqa: F401 (re-exported: part of th
     object_schema,
     tool_name_validator,
 )
+from collab.chat.reaction_models import Reaction  # noqa: F401 (re-exported: part of this app's models)
 
 
 def new_invite_token() -> str:
@@ -351,6 +352,9 @@ class Message(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     pinned_by_name = models.CharField(max_length=150, blank=True)
+    # Emoji reactions (commands/reactions.py): [{"emoji": "👍", "by": ["alice", ...]}, ...], in the
+    # order each emoji was first given, recounted from Reaction rows with each change.
+    reactions = models.JSONField(default=list, blank=True)
     # Versions of one reply (docs/wire.md, "regenerate a reply"): a later version points
     # to its slot's first reply and keeps the slot's place (`slot_seq`: that reply's seq). Each
     # holds its number, the slot's count and whether it is hidden: one version of a slot is shown.

@@ -8,11 +8,23 @@
     lenses.py      lens, share
     presence.py    typing
     pins.py        pin, unpin
+    reactions.py   react
     versions.py    show_version
     moderation.py  kick, ban, unban, lock, unlock, stop_all
 """
 
-from collab.chat.commands import editing, lenses, moderation, pins, posting, presence, replies, versions, votes
+from collab.chat.commands import (
+    editing,
+    lenses,
+    moderation,
+    pins,
+    posting,
+    presence,
+    reactions,
+    replies,
+    versions,
+    votes,
+)
 from collab.chat.commands.registry import COMMANDS, Ctx, Socket, command, dispatch, parse_action
 
 __all__ = [
@@ -28,6 +40,7 @@ __all__ = [
     "pins",
     "posting",
     "presence",
+    "reactions",
     "replies",
     "versions",
     "votes",

@@ -245,6 +245,7 @@ _STREAMING = PreparedUpdate(lambda reply_id: Message.objects.filter(pk=reply_id,
 _MEANWHILE = (
     *("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id", "reply_to_id"),
     *("versions", "version_hidden"),
+    "reactions",  # given while it streamed (commands/reactions.py)
 )
 # That read, with the question's edit, its SQL compiled once (prepared.py): every reply's end.
 _CHANGED = Prepared(
@@ -278,7 +279,8 @@ def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | 
             return message
     # Votes cast while it streamed (or just now) are counted in its final article, as stored.
     # reply_to: its final article says whether it answers a since-edited question (rendering.answers_edited)
-    return Message.objects.select_related("recipient", "reply_to").filter(pk=reply_id).first()
+    # assistant__provider: the card behind its name (chat/people.py) shows its handle and provider.
+    return Message.objects.select_related("recipient", "reply_to", "assistant__provider").filter(pk=reply_id).first()
 
 
 async def send_final(message: Message) -> None:
