@@ -56,12 +56,32 @@ def version() -> str:
     return str(emoji_lib.__version__)
 
 
+# The picker's order before any search: faces, then people and gestures, nature, food,
+# objects, symbols; flags last. By first code point: the library keeps no CLDR groups.
+_BLOCKS = (
+    (0x1F600, 0x1F64F),  # emoticons
+    (0x1F900, 0x1F9FF),  # supplemental symbols and pictographs
+    (0x1F440, 0x1F4FF),  # people, hands, hearts, objects
+    (0x1F300, 0x1F43F),  # weather, plants, food, animals
+    (0x1F500, 0x1FAFF),  # the rest of the pictographs
+    (0x2600, 0x27BF),  # older symbols and dingbats (☀, ✅)
+)
+
+
+def _place(text: str) -> tuple[int, int]:
+    first = ord(text[0])
+    for rank, (low, high) in enumerate(_BLOCKS):
+        if low <= first <= high:
+            return rank, first
+    return len(_BLOCKS) + (0x1F1E6 <= first <= 0x1F1FF), first  # flags (regional indicators) last
+
+
 @cache
 def catalogue() -> list[list[str]]:
-    """[emoji, name, other names] for every fully-qualified emoji without a skin tone, in
-    the library's order, the quick set first."""
+    """[emoji, name, other names] for every fully-qualified emoji without a skin tone, the
+    quick set first, then faces, people, nature, ... (`_BLOCKS`), flags last."""
     rows: list[list[str]] = []
-    for text, data in emoji_lib.EMOJI_DATA.items():
+    for text, data in sorted(emoji_lib.EMOJI_DATA.items(), key=lambda item: _place(item[0])):
         if data["status"] != _FULLY_QUALIFIED or "skin_tone" in data["en"] or text in QUICK:
             continue
         aliases = " ".join(_words(a) for a in data.get("alias", ()))

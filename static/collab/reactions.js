@@ -91,9 +91,11 @@
     from.setAttribute("aria-expanded", "true");
     p.hidden = false;
     place(p, from);
+    var search = doc.getElementById("reaction-search");
+    search.value = "";
     load(p);
     show();
-    doc.getElementById("reaction-search").focus();
+    search.focus();
   }
   function close(focusBack) {
     var p = picker();
