@@ -1,19 +1,23 @@
 """People and models (docs/wire.md, the article's header): avatars are initials on a hue
 derived from the name alone, dark enough for AA contrast under white initials whatever the
-hue; an assistant's card shows its name, handle, provider and the model that answered,
+hue; an assistant's card shows its name, handle, provider and the model it was asked of,
 never a key; the picker's list is served to anyone, cached."""
 
 from __future__ import annotations
 
 import colorsys
+import importlib
 import json
 import re
+import uuid
 from pathlib import Path
 
+from django.apps import apps as django_apps
 from django.test import Client
 
 from collab.chat import people
 from collab.chat.models import Message, Provider
+from collab.chat.replies import posting
 from collab.chat.templatetags.people_tags import assistant_card, avatar
 from tests.conftest import World, make_assistant
 
@@ -54,27 +58,39 @@ def test_the_card_shows_the_model_that_answered_and_never_a_key(world: World) ->
     provider = Provider.objects.create(
         name="acme", base_url="http://127.0.0.1:9/v1", default_model="acme-default", api_key_env="ACME_API_KEY"
     )
-    helper = make_assistant(provider, "helper", model="")
-    reply = Message(
-        id=9, seq=9, role="assistant", author_name="HELPER", assistant=helper, model="acme-large-2026", text="hi"
-    )
-    html = assistant_card(reply)
+    world.room.assistants.add(make_assistant(provider, "helper", model=""))
+    _, (reply,), _ = posting.store_post(world.alice.id, world.room.id, "@helper hello", uuid.uuid4())
+    stored = Message.objects.get(pk=reply.pk)  # read alone: the card needs no relation
+    assert (stored.assistant_handle, stored.provider_name, stored.model) == ("helper", "acme", "acme-default")
+    html = assistant_card(stored)
     found = dict(re.findall(r"<dt>(\w+)</dt><dd[^>]*>(.*?)</dd>", html))
     assert found == {
         "assistant": "HELPER",
         "handle": "<code>@helper</code>",
         "provider": "acme",
-        "model": "acme-large-2026",
+        "model": "acme-default",
     }
     assert "ACME_API_KEY" not in html
-    reply.model = ""  # none stored: the assistant's configured model (here its provider's default)
-    assert '<dd class="model">acme-default</dd>' in assistant_card(reply)
-    bare = Message.objects.get(
-        pk=Message.objects.create(
-            room=world.room, seq=1, role="assistant", author_name="HELPER", assistant=helper, model="m1"
-        ).pk
+    helper = stored.assistant
+    assert helper is not None
+    helper.model = "acme-large-2026"
+    helper.save()  # the assistant moves on to another model: its earlier replies keep theirs
+    assert '<dd class="model">acme-default</dd>' in assistant_card(Message.objects.get(pk=reply.pk))
+    stored.model = "acme-large-2026"
+    assert '<dd class="model">acme-large-2026</dd>' in assistant_card(stored)
+
+
+def test_replies_made_before_keep_their_assistants_names(world: World) -> None:
+    """The migration fills the handle and provider of every reply made before it."""
+    old = Message.objects.create(
+        room=world.room, seq=1, role="assistant", author_name="A", assistant=world.assistants["a"], model="sim"
     )
-    assert "<dt>handle</dt>" not in assistant_card(bare) and "m1" in assistant_card(bare)  # not loaded: never a query
+    person = Message.objects.create(room=world.room, seq=2, role="user", author_name="bob", text="hi")
+    importlib.import_module("collab.chat.migrations.0022_reactions").keep_names(django_apps, None)
+    old.refresh_from_db()
+    person.refresh_from_db()
+    assert (old.assistant_handle, old.provider_name) == ("a", "sim")
+    assert (person.assistant_handle, person.provider_name) == ("", "")
 
 
 def test_the_emoji_list_is_open_and_cached(db: None) -> None:

@@ -167,6 +167,8 @@ def test_a_snapshot_reads_no_row_per_message(world: World) -> None:
             role="assistant",
             author_name="A",
             assistant=world.assistants["a"],
+            assistant_handle="a",
+            provider_name="sim",
             model="sim-large",
             text="ok",
             html="<p>ok</p>",

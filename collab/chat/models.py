@@ -310,6 +310,10 @@ class Message(models.Model):
     restarted_at = models.DateTimeField(null=True, blank=True)
     # Reply metrics
     model = models.CharField(max_length=200, blank=True)
+    # A reply's assistant's handle and provider as they were when it was made, like author_name:
+    # the card behind its name (chat/people.py) shows them without reading the assistant.
+    assistant_handle = models.CharField(max_length=32, blank=True)
+    provider_name = models.CharField(max_length=64, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True)
     tokens = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)

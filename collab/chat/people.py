@@ -1,4 +1,5 @@
-"""People and models as pages show them (docs/wire.md, "Avatars and the assistant's card"):
+"""People and models as pages show them (docs/wire.md: a message's header, with its avatar
+and an assistant's card):
 
     avatar(name)            initials on a colour derived from the name: the same on every
                             page, process and day (a CRC of the name, not Python's salted
@@ -7,10 +8,9 @@
     assistant_card(m)       who answered a reply: display name, handle, provider, model
 
 Neither reads the database: an article renders with no query of its own (frames render on
-the event loop). The card shows what the message carries (its author's name and the model
-that answered, `Message.model`) and, when the message was loaded with its assistant and
-provider (`select_related("assistant__provider")`, as snapshots, history pages and the
-post path do), the handle and the provider's name; never a key or a key's variable.
+the event loop). The card shows what the reply's row keeps (its assistant's name, handle
+and provider's name as they were when it was made, and the model it was asked of); never
+a key or a key's variable.
 
 Uploaded pictures come with files (issue 36): `avatar(name, picture=URL)` then shows the
 picture instead of the initials (templates/chat/_avatar.html).
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import zlib
 
-from collab.chat.models import Assistant, Message
+from collab.chat.models import Message
 
 # The avatar's background: hsl(hue SATURATION% LIGHTNESS%) under white initials (collab.css,
 # "Avatars"); the darkest hue's contrast is checked in tests/test_people.py.
@@ -47,15 +47,13 @@ def avatar(name: str, picture: str = "", bot: bool = False) -> dict[str, object]
 
 
 def assistant_card(message: Message) -> dict[str, str]:
-    """A reply's assistant as its card shows it. The model is the one that answered
-    (`Message.model`), else the assistant's configured one."""
-    assistant = message.assistant if Message.assistant.is_cached(message) else None
-    card = {"name": message.author_name, "handle": "", "provider": "", "model": message.model}
-    if assistant is not None:
-        card["handle"] = assistant.handle
-        if Assistant.provider.is_cached(assistant):
-            card["provider"] = assistant.provider.name
-            card["model"] = message.model or assistant.model_name
-        elif not card["model"]:
-            card["model"] = assistant.model
-    return card
+    """A reply's assistant as its card shows it, from the reply's own row: the names kept
+    when it was made (`author_name`, `assistant_handle`, `provider_name`) and the model it
+    was asked of (`Message.model`, kept likewise: a later change of the assistant's model
+    does not rewrite it)."""
+    return {
+        "name": message.author_name,
+        "handle": message.assistant_handle,
+        "provider": message.provider_name,
+        "model": message.model,
+    }

@@ -154,7 +154,7 @@ def message_full(request: HttpRequest, slug: str, message_id: int) -> HttpRespon
     history or a `final` frame showed it cut). Members of its room (and staff) only."""
     the_room, _ = access.viewer(request, slug)
     mine = Message.objects.visible_to(access.user(request).pk).select_related(
-        "recipient", "assistant__provider"
+        "recipient"
     )  # not others' personal replies
     message = mine.filter(room_id=the_room.pk, pk=message_id).first()
     if message is None:

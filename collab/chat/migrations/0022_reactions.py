@@ -3,6 +3,18 @@
 import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
+from django.db.models import OuterRef, Subquery
+
+
+def keep_names(apps, schema_editor):
+    """Every reply made before: its assistant's handle and provider's name, as they are now."""
+    Message = apps.get_model("chat", "Message")
+    Assistant = apps.get_model("chat", "Assistant")
+    of = Assistant.objects.filter(pk=OuterRef("assistant_id"))
+    Message.objects.filter(assistant__isnull=False).update(
+        assistant_handle=Subquery(of.values("handle")[:1]),
+        provider_name=Subquery(of.values("provider__name")[:1]),
+    )
 
 
 class Migration(migrations.Migration):
@@ -18,6 +30,17 @@ class Migration(migrations.Migration):
             name='reactions',
             field=models.JSONField(blank=True, default=list),
         ),
+        migrations.AddField(
+            model_name='message',
+            name='assistant_handle',
+            field=models.CharField(blank=True, max_length=32),
+        ),
+        migrations.AddField(
+            model_name='message',
+            name='provider_name',
+            field=models.CharField(blank=True, max_length=64),
+        ),
+        migrations.RunPython(keep_names, migrations.RunPython.noop),
         migrations.CreateModel(
             name='Reaction',
             fields=[

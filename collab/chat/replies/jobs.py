@@ -104,6 +104,8 @@ def create_placeholders(
             role=Message.Role.ASSISTANT,
             assistant=a,
             author_name=a.display_name,
+            assistant_handle=a.handle,
+            provider_name=a.provider.name,
             reply_to=answered,
             status=Message.Status.STREAMING,
             model=a.model_name,

@@ -279,8 +279,7 @@ def _as_stored(reply_id: int, fields: dict[str, object], placeholder: Message | 
             return message
     # Votes cast while it streamed (or just now) are counted in its final article, as stored.
     # reply_to: its final article says whether it answers a since-edited question (rendering.answers_edited)
-    # assistant__provider: the card behind its name (chat/people.py) shows its handle and provider.
-    return Message.objects.select_related("recipient", "reply_to", "assistant__provider").filter(pk=reply_id).first()
+    return Message.objects.select_related("recipient", "reply_to").filter(pk=reply_id).first()
 
 
 async def send_final(message: Message) -> None:

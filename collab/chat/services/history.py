@@ -131,7 +131,7 @@ def around(room: Room, user_id: int, seq: int) -> tuple[list[Message], bool, boo
     """The messages a member sees around `seq` (oldest first), and whether there are
     older and newer ones beyond them (of a reply's versions, the one shown, in its slot's place)."""
     seen = Message.objects.visible_to(user_id).filter(room=room, version_hidden=False)
-    seen = seen.select_related("reply_to", "recipient", "assistant__provider")
+    seen = seen.select_related("reply_to", "recipient")
     before = list(seen.filter(seq__lte=seq).order_by("-seq")[: CONTEXT_AROUND + 2])
     after = list(seen.filter(seq__gt=seq).order_by("seq")[: CONTEXT_AROUND + 1])
     shown = before[: CONTEXT_AROUND + 1][::-1] + after[:CONTEXT_AROUND]

@@ -20,9 +20,7 @@ def _recent(room_id: int, before_seq: int | None = None, user_id: int | None = N
     limit = settings.COLLAB["HISTORY_MESSAGES"]
     # Shared messages and this member's own personal replies (docs/architecture.md#a-personal-replies);
     # of a reply's versions, the one shown (docs/architecture.md#a-versions).
-    # assistant__provider: each reply's card (chat/people.py), in the same query (no query per article).
-    qs = Message.objects.filter(room_id=room_id, version_hidden=False).visible_to(user_id)
-    qs = qs.select_related("recipient", "assistant__provider")
+    qs = Message.objects.filter(room_id=room_id, version_hidden=False).visible_to(user_id).select_related("recipient")
     if before_seq is not None:
         qs = qs.filter(seq__lt=before_seq)
     page = list(qs.order_by("-seq")[: limit + 1])
