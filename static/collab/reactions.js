@@ -139,6 +139,10 @@
     if (choice) { pick(choice.getAttribute("data-emoji")); return; }
     if (opener && !(t && t.closest("#reaction-picker"))) close(false);
   });
+  doc.addEventListener("focusout", function (e) { // Tab out of the picker: it closes
+    var p = picker(), to = e.relatedTarget;
+    if (opener && p && p.contains(e.target) && to && !p.contains(to) && to !== opener) close(false);
+  });
   doc.addEventListener("input", function (e) {
     if (e.target.id !== "reaction-search") return;
     var p = picker();
