@@ -4,7 +4,7 @@ from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from collab.chat import history_views, settings_views, thread_views, views
+from collab.chat import history_views, reaction_views, settings_views, thread_views, views
 from collab.signin import oidc
 from collab.signin import views as signin_views
 
@@ -32,6 +32,7 @@ urlpatterns = [
     path("r/<slug:slug>/join/", views.join_as_staff, name="room_join"),
     path("join/<str:token>/", views.join, name="join"),
     path("healthz", views.healthz, name="healthz"),
+    path("emoji.json", reaction_views.emoji_catalogue, name="emoji_catalogue"),
     # Browsers ask for it whatever a page links, logged in or not: the SVG the pages link
     # (templates/base.html).
     path(

@@ -40,6 +40,7 @@ SAMPLES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "typing": lambda q, r: {},
     "pin": lambda q, r: {"message_id": q},
     "unpin": lambda q, r: {"message_id": q},
+    "react": lambda q, r: {"message_id": r, "emoji": "👍"},
     "kick": lambda q, r: {"username": "alice"},
     "ban": lambda q, r: {"username": "alice", "reason": "x"},
     "unban": lambda q, r: {"username": "alice"},

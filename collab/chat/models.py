@@ -25,6 +25,7 @@ from collab.chat.provider_models import (  # noqa: F401 (re-exported: part of th
     object_schema,
     tool_name_validator,
 )
+from collab.chat.reaction_models import Reaction  # noqa: F401 (re-exported: part of this app's models)
 
 
 def new_invite_token() -> str:
@@ -309,6 +310,10 @@ class Message(models.Model):
     restarted_at = models.DateTimeField(null=True, blank=True)
     # Reply metrics
     model = models.CharField(max_length=200, blank=True)
+    # A reply's assistant's handle and provider as they were when it was made, like author_name:
+    # the card behind its name (chat/people.py) shows them without reading the assistant.
+    assistant_handle = models.CharField(max_length=32, blank=True)
+    provider_name = models.CharField(max_length=64, blank=True)
     ttft_ms = models.FloatField(null=True, blank=True)
     tokens = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -351,6 +356,9 @@ class Message(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     pinned_by_name = models.CharField(max_length=150, blank=True)
+    # Emoji reactions (commands/reactions.py): [{"emoji": "👍", "by": ["alice", ...]}, ...], in the
+    # order each emoji was first given, recounted from Reaction rows with each change.
+    reactions = models.JSONField(default=list, blank=True)
     # Versions of one reply (docs/wire.md, "regenerate a reply"): a later version points
     # to its slot's first reply and keeps the slot's place (`slot_seq`: that reply's seq). Each
     # holds its number, the slot's count and whether it is hidden: one version of a slot is shown.

@@ -52,7 +52,8 @@ _NOT_ESCAPED_STR = re.compile(_NOT_ESCAPED_TEXT)
 _ARTICLE = re.compile(r"<article ([^>]*)>(.*?)</article>", re.S)
 _ATTR = re.compile(r'([\w-]+)="([^"]*)"')
 _BODY = re.compile(
-    r'<div id="msg-\d+-body" class="body (raw|md)">(.*?)</div>\s*(?:<p class="reason"|<div id="msg-\d+-tools"|$)',
+    r'<div id="msg-\d+-body" class="body (raw|md)">(.*?)</div>\s*'
+    r'(?:<p class="reason"|<div id="msg-\d+-reactions"|<div id="msg-\d+-tools"|$)',
     re.S,
 )
 _THINKING_SHOWN = re.compile(  # " md": an agent's ended log, rendered

@@ -8,12 +8,25 @@
     lenses.py      lens, share
     presence.py    typing
     pins.py        pin, unpin
+    reactions.py   react
     versions.py    show_version
     steer.py       steer
     moderation.py  kick, ban, unban, lock, unlock, stop_all
 """
 
-from collab.chat.commands import editing, lenses, moderation, pins, posting, presence, replies, steer, versions, votes
+from collab.chat.commands import (
+    editing,
+    lenses,
+    moderation,
+    pins,
+    posting,
+    presence,
+    reactions,
+    replies,
+    steer,
+    versions,
+    votes,
+)
 from collab.chat.commands.registry import COMMANDS, Ctx, Socket, command, dispatch, parse_action
 
 __all__ = [
@@ -29,6 +42,7 @@ __all__ = [
     "pins",
     "posting",
     "presence",
+    "reactions",
     "replies",
     "steer",
     "versions",

@@ -67,12 +67,17 @@ def _frame(message: Message) -> RoomFrame:
     if message.edited_at is not None:
         replies = message.replies.exclude(status=Message.Status.STREAMING).filter(version_hidden=False).shared()
         replies = replies.order_by("seq")  # of a reply's versions, the one the pages show
-        for reply in replies.select_related("reply_to")[:MAX_REPLIES_SENT]:
+        # Each at least as its "show all" button, counted first; then whole, in order, while
+        # the frame stays within SNAPSHOT_BYTES (far below the 1 MiB a frame may be).
+        shown = list(replies.select_related("reply_to")[:MAX_REPLIES_SENT])
+        sent = [rendering.article(reply, oob=True, compact=True).strip() for reply in shown]
+        used += sum(rendering.size(html) for html in sent)
+        for i, reply in enumerate(shown):
             html = rendering.frame_final(reply)
-            if used + rendering.size(html) > rendering.budget("SNAPSHOT_BYTES"):  # far below the 1 MiB a frame may be
-                html = rendering.article(reply, oob=True, compact=True).strip()  # its "show all" button alone
-            parts.append(html)
-            used += rendering.size(html)
+            grows = rendering.size(html) - rendering.size(sent[i])
+            if used + grows <= rendering.budget("SNAPSHOT_BYTES"):
+                sent[i], used = html, used + grows
+        parts += sent
     return frames.final(message.id, "\n".join(parts))
 
 

@@ -108,6 +108,8 @@ def create_placeholders(
             role=Message.Role.ASSISTANT,
             assistant=a,
             author_name=a.display_name,
+            assistant_handle=a.handle,
+            provider_name=a.provider.name,
             reply_to=answered,
             thread_id=answered.thread_id,  # a reply in a thread stays in it (services/threads.py)
             status=Message.Status.STREAMING,

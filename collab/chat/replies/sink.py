@@ -246,6 +246,7 @@ _STREAMING = PreparedUpdate(lambda reply_id: Message.objects.filter(pk=reply_id,
 _MEANWHILE = (
     *("votes_up", "votes_down", "verdict", "votes_by", "edited_at", "deleted_at", "recipient_id", "reply_to_id"),
     *("versions", "version_hidden", "thread_replies", "thread_last_at"),
+    "reactions",  # given while it streamed (commands/reactions.py)
 )
 # That read, with the question's edit, its SQL compiled once (prepared.py): every reply's end.
 _CHANGED = Prepared(

@@ -22,6 +22,7 @@ from typing import IO, Any
 from django.db import transaction
 from django.utils import timezone
 
+from collab.chat import emojis
 from collab.chat.errors import ClientError
 from collab.chat.models import Message, Room
 from collab.chat.services import moderation
@@ -60,6 +61,7 @@ FIELDS = (
     "slot_seq",
     "version_hidden",
     "thread__seq",  # a message in a thread: the seq of the message it hangs on (services/threads.py)
+    "reactions",  # emoji reactions (commands/reactions.py): each emoji, how many, who
 )
 
 
@@ -92,9 +94,21 @@ def record_of(row: dict[str, Any]) -> dict[str, object]:
         "made_for": row["made_for"] or None,
         "lens": row["lens"] or None,
         "merged_from": row["merge_seqs"] or None,
+        "reactions": _reactions(row),
         **_version(row),
         "thread": row["thread__seq"],
     }
+
+
+def _reactions(row: dict[str, Any]) -> list[dict[str, object]] | None:
+    """Each emoji given, in the order first given: its name, how many gave it and who; None
+    for a message nobody reacted to."""
+    given = [r for r in row["reactions"] or () if r.get("by")]
+    if not given:
+        return None
+    return [
+        {"emoji": r["emoji"], "name": emojis.name_of(r["emoji"]), "count": len(r["by"]), "by": r["by"]} for r in given
+    ]
 
 
 def _version(row: dict[str, Any]) -> dict[str, object]:
@@ -165,6 +179,9 @@ def markdown_message(record: dict[str, object]) -> str:
     pinned = record.get("pinned")
     if isinstance(pinned, dict):  # "> pinned by alice at 2026-12-05T19:02:03.000+00:00"
         tail += f"\n\n> pinned by {pinned['by']} at {pinned['at']}"
+    given = record.get("reactions")
+    if isinstance(given, list):  # "> reactions: 👍 2 (alice, bob), 🎉 1 (carol)"
+        tail += "\n\n> reactions: " + ", ".join(f"{r['emoji']} {r['count']} ({', '.join(r['by'])})" for r in given)
     if record.get("versions"):  # "> version 1 of 2 (shown)", "> version 2 of 2, asked again from #5"
         tail += f"\n\n> version {record['version']} of {record['versions']}" + (" (shown)" if record["shown"] else "")
         tail += f", asked again from #{record['version_of']}" if record["version_of"] else ""
