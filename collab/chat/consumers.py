@@ -25,12 +25,15 @@ from collab.chat.events import (
     RoomFrame,
     SessionEnded,
     SocketResync,
+    UnreadActivity,
+    UnreadRead,
+    activity_group,
     member_group,
     user_group,
 )
 from collab.chat.lifecycle import runtime
 from collab.chat.outbox import CLOSE_TOO_SLOW, Outbox
-from collab.chat.services import rooms, sessions, snapshot
+from collab.chat.services import rooms, sessions, snapshot, unread
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
     _held: list[tuple[RoomFrame, bytes | None]] | None = None
     _resync: asyncio.Task[None] | None = None
     _closing: asyncio.Task[None] | None = None
+    # The user's rooms, their unread counts and mention marks: the page's sidebar (services/unread.py).
+    sidebar: unread.Tracker | None = None
+    _activity_rooms: tuple[int, ...] = ()
 
     async def connect(self) -> None:
         # Per reply, the next offset this socket expects (inf: no more pieces, only its final).
@@ -115,16 +121,37 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 await fanout.join(self.room_id, self)  # the room's frames (collab/chat/fanout.py)
                 await broadcast.join(user_group(self.user_id), self.channel_name)
                 await broadcast.join(member_group(self.room_id, self.user_id), self.channel_name)
+                sidebar_html = await self._watch_rooms()
                 messages_html, members_html, self.floors = await snapshot.snapshot(
                     self.room_id, self.room_slug, self.user_id
                 )
-                await self.outbox.put(messages_html + members_html)
+                await self.outbox.put(messages_html + members_html + sidebar_html)
         finally:
             self._snapshots -= 1
             if self._snapshots == 0:  # the last snapshot is out: what came meanwhile, on its floors
                 held, self._held = self._held or [], None
                 for event, data in held:
                     self.take_frame(event, data)
+
+    async def _watch_rooms(self) -> str:
+        """Join the activity groups of the user's rooms, then read their unread counts
+        (joined first: a post counted by both is told apart by its seq); the sidebar's list."""
+        assert self.room_id is not None and self.user_id is not None
+        ids = await database_sync_to_async(unread.room_ids)(self.user_id)
+        for room_id in ids:
+            await broadcast.join(activity_group(room_id), self.channel_name)
+        self._activity_rooms = tuple(sorted({*self._activity_rooms, *ids}))
+        self.sidebar = await database_sync_to_async(unread.Tracker.load)(self.user_id, self.username, self.room_id)
+        return self.sidebar.html()
+
+    def _sidebar_event(self, event: UnreadActivity | UnreadRead) -> None:
+        """A room of the user had new messages, or they read one: its sidebar entry."""
+        if self.sidebar is None or self.outbox.overflowed:
+            return
+        sidebar = self.sidebar
+        html = sidebar.on_activity(event) if event["type"] == "unread.activity" else sidebar.on_read(event)
+        if html is not None:
+            self.outbox.push(html, None)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -159,6 +186,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
             try:
                 await broadcast.leave(user_group(self.user_id), self.channel_name)
                 await broadcast.leave(member_group(self.room_id, self.user_id), self.channel_name)
+                for room_id in self._activity_rooms:
+                    await broadcast.leave(activity_group(room_id), self.channel_name)
                 if not self.read_only:
                     await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
             except Exception:  # the layer is away: groups and presence expire by themselves
@@ -183,6 +212,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
         # (a thread hop per member per frame, docs/architecture.md#a-streaming-path).
         if message["type"] == "room.frame":
             self.take_frame(message, None)  # type: ignore[arg-type]
+        elif message["type"] in ("unread.activity", "unread.read"):  # no database either
+            self._sidebar_event(message)  # type: ignore[arg-type]
         elif message["type"] == "websocket.receive":
             # Nor for a member's action: it is only queued (`receive`), and its database work
             # goes through database_sync_to_async, which closes old connections itself. The
@@ -303,6 +334,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
 
     async def membership_ended(self, event: MembershipEnded) -> None:
+        html = self.sidebar.forget(event["room_id"]) if self.sidebar is not None else None
+        if html is not None and event["room_id"] != self.room_id:
+            await self._tell(html)
         if event["room_id"] == self.room_id:
             code, text = ENDED.get(event["reason"], ENDED["left"])
             await self._tell(rendering.frame_error(code, text))

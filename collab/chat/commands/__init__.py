@@ -8,11 +8,23 @@
     lenses.py      lens, share
     presence.py    typing
     pins.py        pin, unpin
+    unread.py      read, notify
     versions.py    show_version
     moderation.py  kick, ban, unban, lock, unlock, stop_all
 """
 
-from collab.chat.commands import editing, lenses, moderation, pins, posting, presence, replies, versions, votes
+from collab.chat.commands import (
+    editing,
+    lenses,
+    moderation,
+    pins,
+    posting,
+    presence,
+    replies,
+    unread,
+    versions,
+    votes,
+)
 from collab.chat.commands.registry import COMMANDS, Ctx, Socket, command, dispatch, parse_action
 
 __all__ = [
@@ -29,6 +41,7 @@ __all__ = [
     "posting",
     "presence",
     "replies",
+    "unread",
     "versions",
     "votes",
 ]

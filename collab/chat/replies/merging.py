@@ -28,7 +28,7 @@ from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
 from collab.chat.replies import each
 from collab.chat.replies.jobs import create_placeholders, reply_jobs, start_and_announce
-from collab.chat.services import availability, budgets, votes
+from collab.chat.services import availability, budgets, unread, votes
 from collab.chat.services.rooms import allocate_seqs
 
 _HANDLE = re.compile(r"@?([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
@@ -136,3 +136,4 @@ async def start(reply: Message, job: ReplyJob) -> None:
     """The merge streams to the room as a reply to its question (docs/wire.md, "merge")."""
     frame = frames.new(reply.id, rendering.frame_new([reply]), [reply.id])
     await start_and_announce([job], reply.room_id, frame, placeholders=[reply])
+    await unread.announce(reply.room_id, [reply])
