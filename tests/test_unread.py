@@ -63,6 +63,12 @@ async def test_a_post_reaches_the_sidebar_of_a_member_in_another_room(world: Wor
             await bob_here.send(action="read", seq=upto)
             for tab in (bob_elsewhere, bob_here):  # every tab of his, whichever room it shows
                 await tab.until(lambda f, tab=tab: entry(tab, lab) == (0, False))
+            entries = sum(f.count(f'id="nav-room-{lab}"') for f in bob_here.raw)
+            await alice.post("and again")  # counted in his other tab; the open room's page counts it itself
+            await bob_elsewhere.until(lambda f: entry(bob_elsewhere, lab) == (1, False))
+            await bob_here.until(lambda f: any("and again" in r for r in bob_here.raw))
+            await bob_here.assert_silent()
+            assert sum(f.count(f'id="nav-room-{lab}"') for f in bob_here.raw) == entries
         assert await database_sync_to_async(read_seq)(world, world.bob.pk) == upto
 
 

@@ -134,10 +134,11 @@ class RoomConsumer(AsyncWebsocketConsumer):
                     self.take_frame(event, data)
 
     async def _watch_rooms(self) -> str:
-        """Join the activity groups of the user's rooms, then read their unread counts
-        (joined first: a post counted by both is told apart by its seq); the sidebar's list."""
+        """Join the activity groups of the user's other rooms, then read their unread counts
+        (joined first: a post counted by both is told apart by its seq); the sidebar's list.
+        Not this room's: its frames reach the page already, which counts them (notify.js)."""
         assert self.room_id is not None and self.user_id is not None
-        ids = await database_sync_to_async(unread.room_ids)(self.user_id)
+        ids = [i for i in await database_sync_to_async(unread.room_ids)(self.user_id) if i != self.room_id]
         for room_id in ids:
             await broadcast.join(activity_group(room_id), self.channel_name)
         self._activity_rooms = tuple(sorted({*self._activity_rooms, *ids}))

@@ -3,11 +3,12 @@
 // to them (to a message they posted, or a personal reply for them) ends; with "every
 // message", also when anyone else posts. Only after they allowed it from the page
 // (#notify-allow calls Notification.requestPermission: never unprompted). The tab's title
-// shows the room's unread count while hidden, "(3) NAME · collab", from the sidebar's
-// entry of this room (the server's count, services/unread.py).
+// shows the room's unread count while hidden, "(3) NAME · collab": the server's count for
+// this room as of its last read (the sidebar's entry, services/unread.py), plus the
+// messages that arrived since (the socket sends no entry of its own room per post).
 (function () {
   "use strict";
-  var doc = document, seenStreaming = {}, told = {};
+  var doc = document, seenStreaming = {}, told = {}, known = {}, arrived = 0;
   var PREFIX = /^\(\d+\)\s/;
 
   function roomEl() { return doc.querySelector(".room[data-room-id]"); }
@@ -19,9 +20,13 @@
   function hidden() { return doc.visibilityState === "hidden"; }
   function supported() { return typeof window.Notification === "function"; }
 
+  function entryId() { var r = roomEl(); return r ? "nav-room-" + r.getAttribute("data-room-id") : ""; }
   function unread() {
-    var r = roomEl(), li = r ? doc.getElementById("nav-room-" + r.getAttribute("data-room-id")) : null;
-    return li ? Number(li.getAttribute("data-unread")) || 0 : 0;
+    var li = doc.getElementById(entryId());
+    return (li ? Number(li.getAttribute("data-unread")) || 0 : 0) + arrived;
+  }
+  function countable(a) { // as the server counts (services/unread.py): not mine; the page sees only what is for me
+    return a.getAttribute("data-role") === "assistant" || a.getAttribute("data-author") !== me();
   }
   function title() {
     var base = doc.title.replace(PREFIX, ""), n = hidden() ? unread() : 0;
@@ -83,13 +88,20 @@
       ids.forEach(function (m) {
         var a = doc.getElementById(m.slice(13, -1));
         if (!a) return;
+        var fresh = !known[a.id];
+        known[a.id] = true;
         if (snapshot) { if (a.getAttribute("data-status") === "streaming") seenStreaming[a.id] = true; return; }
+        if (fresh && hidden() && countable(a)) arrived++;
         consider(a);
       });
     }
+    if (typeof text === "string" && text.indexOf('id="' + entryId() + '"') !== -1) arrived = 0; // read: the server's count
     title();
   });
-  doc.addEventListener("visibilitychange", title);
+  doc.addEventListener("visibilitychange", function () {
+    if (!hidden()) arrived = 0; // the page reads what it shows (sidebar.js)
+    title();
+  });
 
   function permissionShown() {
     var b = doc.getElementById("notify-allow"), s = doc.getElementById("notify-status");
@@ -115,7 +127,10 @@
     if (t && t.id === "notify") permissionShown();
   });
   doc.addEventListener("DOMContentLoaded", function () {
-    doc.querySelectorAll("#messages article[data-status='streaming']").forEach(function (a) { seenStreaming[a.id] = true; });
+    doc.querySelectorAll("#messages article[id]").forEach(function (a) {
+      known[a.id] = true;
+      if (a.getAttribute("data-status") === "streaming") seenStreaming[a.id] = true;
+    });
     permissionShown();
     title();
   });
