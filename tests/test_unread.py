@@ -194,3 +194,17 @@ async def test_a_flood_of_reads_is_bounded(world: World) -> None:
         for _ in range(12):  # the burst is 10, refilled one each 0.5 s
             await bob.send(action="read", seq=1)
         await bob.until(lambda f: any(code == "rate.limited" for code, _ in f.errors))
+
+
+async def test_a_room_the_member_was_removed_from_leaves_the_sidebar(world: World) -> None:
+    await database_sync_to_async(other_room)(world)
+    lab = world.room.pk
+    async with member(world.bob, "other") as bob_elsewhere, member(world.alice) as alice:
+        await alice.send(action="kick", username="bob")
+        await bob_elsewhere.until(
+            lambda f: any(f'<li id="nav-room-{lab}" hx-swap-oob="delete">' in r for r in bob_elsewhere.raw)
+        )
+        await alice.post("after he left")
+        await alice.until(lambda f: any("after he left" in r for r in alice.raw))
+        await bob_elsewhere.assert_silent()  # nothing of the room he left, not even a count
+        assert entry(bob_elsewhere, lab) == (0, False)
