@@ -1,9 +1,10 @@
 // Notifications (docs/wire.md, "notify"): while this tab is hidden, the browser's
 // Notification API tells the member when they are mentioned, or when an assistant's reply
 // to them (to a message they posted, or a personal reply for them) ends; with "every
-// message", also when anyone else posts. Only after they allowed it from the page
-// (#notify-allow calls Notification.requestPermission: never unprompted). The tab's title
-// shows the room's unread count while hidden, "(3) NAME · collab": the server's count for
+// message", also when anyone else posts; and when someone mentions them in another of
+// their rooms (its sidebar entry's mark, unless that room's level is "none"). Only after
+// they allowed it from the page (#notify-allow calls Notification.requestPermission:
+// never unprompted). The tab's title shows the room's unread count while hidden, "(3) NAME · collab": the server's count for
 // this room as of its last read (the sidebar's entry, services/unread.py), plus the
 // messages that arrived since (the socket sends no entry of its own room per post).
 (function () {
@@ -79,6 +80,16 @@
     }
   }
 
+  var marked = {}; // rooms whose mention mark this page has seen
+  function elsewhere() { // another room of mine: someone mentioned me there (its sidebar entry)
+    doc.querySelectorAll("#rooms-list .nav-room").forEach(function (li) {
+      var on = li.getAttribute("data-mention") === "1", id = li.id, a = li.querySelector("a");
+      if (on && !marked[id] && hidden() && id !== entryId() && li.getAttribute("data-notify") !== "none") {
+        show(id + "-" + li.getAttribute("data-unread"), "You were mentioned in " + (a ? a.textContent : "a room"), "");
+      }
+      marked[id] = on;
+    });
+  }
   doc.addEventListener("htmx:wsAfterMessage", function (e) {
     var text = e.detail && e.detail.message;
     if (typeof text === "string" && text.indexOf("<article") !== -1) {
@@ -96,6 +107,7 @@
       });
     }
     if (typeof text === "string" && text.indexOf('id="' + entryId() + '"') !== -1) arrived = 0; // read: the server's count
+    if (typeof text === "string" && text.indexOf('data-mention="1"') !== -1) elsewhere();
     title();
   });
   doc.addEventListener("visibilitychange", function () {
@@ -127,6 +139,7 @@
     if (t && t.id === "notify") permissionShown();
   });
   doc.addEventListener("DOMContentLoaded", function () {
+    doc.querySelectorAll("#rooms-list .nav-room").forEach(function (li) { marked[li.id] = li.getAttribute("data-mention") === "1"; });
     doc.querySelectorAll("#messages article[id]").forEach(function (a) {
       known[a.id] = true;
       if (a.getAttribute("data-status") === "streaming") seenStreaming[a.id] = true;

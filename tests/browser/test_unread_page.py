@@ -2,7 +2,8 @@
 PostgreSQL): alice writes on one, bob reads on the other. The sidebar's counts and
 mention marks live across rooms, contexts and processes; opening a room reads it; a
 phone's menu; a notification through a granted permission while bob's tab is hidden,
-and the tab's title counting what he has not read; his "never" silences it.
+and the tab's title counting what he has not read; his "never" silences it; a mention in
+another of his rooms reaches his hidden tab through its sidebar.
 (docs/wire.md, "mark read", "notifications", "My rooms")"""
 
 from __future__ import annotations
@@ -178,6 +179,11 @@ def test_a_hidden_tab_is_notified_and_counts_in_its_title(chromium: Any, two: An
         send(a, "@bob last call")
         b.wait_for_function("document.title === '(1) Lab · collab'")
         assert b.evaluate("window.__notes.length") == 2
+
+        elsewhere = room_page(alice, p1, "other")  # a mention in another room of his: its level is "mentions"
+        send(elsewhere, "@bob one for you in here")
+        b.wait_for_function("window.__notes.length >= 3")
+        assert b.evaluate("window.__notes[2].title") == "You were mentioned in Other"
     finally:
         alice.close()
         bob.close()

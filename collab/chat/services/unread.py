@@ -179,7 +179,7 @@ def entry_html(r: RoomUnread, current: int | None, oob: bool = False) -> str:
     )
     return (
         f'<li id="nav-room-{r.room_id}" class="nav-room" data-room="{r.room_id}" data-unread="{r.count}"'
-        f' data-mention="{1 if r.mentioned and r.count else ""}"{swap}>'
+        f' data-mention="{1 if r.mentioned and r.count else ""}" data-notify="{r.notify}"{swap}>'
         f'<a href="{reverse("room", args=[r.slug])}"{here}>{escape(r.name)}</a>{badge}{mark}</li>'
     )
 
