@@ -4,9 +4,10 @@
 // message", also when anyone else posts; and when someone mentions them in another of
 // their rooms (its sidebar entry's mark, unless that room's level is "none"). Only after
 // they allowed it from the page (#notify-allow calls Notification.requestPermission:
-// never unprompted). The tab's title shows the room's unread count while hidden, "(3) NAME · collab": the server's count for
-// this room as of its last read (the sidebar's entry, services/unread.py), plus the
-// messages that arrived since (the socket sends no entry of its own room per post).
+// never unprompted). The tab's title shows the room's unread count while hidden,
+// "(3) NAME · collab": the server's count for this room as of its last read (the
+// sidebar's entry, services/unread.py), plus the messages that arrived since (the socket
+// sends no entry of its own room per post).
 (function () {
   "use strict";
   var doc = document, seenStreaming = {}, told = {}, known = {}, arrived = 0;
