@@ -25,9 +25,6 @@ from collab.chat.events import (
     RoomFrame,
     SessionEnded,
     SocketResync,
-    UnreadActivity,
-    UnreadRead,
-    activity_group,
     member_group,
     user_group,
 )
@@ -63,8 +60,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
     _resync: asyncio.Task[None] | None = None
     _closing: asyncio.Task[None] | None = None
     # The user's rooms, their unread counts and mention marks: the page's sidebar (services/unread.py).
-    sidebar: unread.Tracker | None = None
-    _activity_rooms: tuple[int, ...] = ()
+    sidebar: unread.Sidebar | None = None
 
     async def connect(self) -> None:
         # Per reply, the next offset this socket expects (inf: no more pieces, only its final).
@@ -121,7 +117,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 await fanout.join(self.room_id, self)  # the room's frames (collab/chat/fanout.py)
                 await broadcast.join(user_group(self.user_id), self.channel_name)
                 await broadcast.join(member_group(self.room_id, self.user_id), self.channel_name)
-                sidebar_html = await self._watch_rooms()
+                self.sidebar = self.sidebar or unread.Sidebar(self.channel_name)
+                sidebar_html = await self.sidebar.follow(self.user_id, self.username, self.room_id)
                 messages_html, members_html, self.floors = await snapshot.snapshot(
                     self.room_id, self.room_slug, self.user_id
                 )
@@ -132,27 +129,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 held, self._held = self._held or [], None
                 for event, data in held:
                     self.take_frame(event, data)
-
-    async def _watch_rooms(self) -> str:
-        """Join the activity groups of the user's other rooms, then read their unread counts
-        (joined first: a post counted by both is told apart by its seq); the sidebar's list.
-        Not this room's: its frames reach the page already, which counts them (notify.js)."""
-        assert self.room_id is not None and self.user_id is not None
-        ids = [i for i in await database_sync_to_async(unread.room_ids)(self.user_id) if i != self.room_id]
-        for room_id in ids:
-            await broadcast.join(activity_group(room_id), self.channel_name)
-        self._activity_rooms = tuple(sorted({*self._activity_rooms, *ids}))
-        self.sidebar = await database_sync_to_async(unread.Tracker.load)(self.user_id, self.username, self.room_id)
-        return self.sidebar.html()
-
-    def _sidebar_event(self, event: UnreadActivity | UnreadRead) -> None:
-        """A room of the user had new messages, or they read one: its sidebar entry."""
-        if self.sidebar is None or self.outbox.overflowed:
-            return
-        sidebar = self.sidebar
-        html = sidebar.on_activity(event) if event["type"] == "unread.activity" else sidebar.on_read(event)
-        if html is not None:
-            self.outbox.push(html, None)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -187,8 +163,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
             try:
                 await broadcast.leave(user_group(self.user_id), self.channel_name)
                 await broadcast.leave(member_group(self.room_id, self.user_id), self.channel_name)
-                for room_id in self._activity_rooms:
-                    await broadcast.leave(activity_group(room_id), self.channel_name)
+                if self.sidebar is not None:
+                    await self.sidebar.unfollow()
                 if not self.read_only:
                     await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
             except Exception:  # the layer is away: groups and presence expire by themselves
@@ -213,8 +189,10 @@ class RoomConsumer(AsyncWebsocketConsumer):
         # (a thread hop per member per frame, docs/architecture.md#a-streaming-path).
         if message["type"] == "room.frame":
             self.take_frame(message, None)  # type: ignore[arg-type]
-        elif message["type"] in ("unread.activity", "unread.read"):  # no database either
-            self._sidebar_event(message)  # type: ignore[arg-type]
+        elif message["type"] in unread.EVENTS:  # the sidebar's (services/unread.py): no database either
+            html = self.sidebar.event(message) if self.sidebar is not None else None  # type: ignore[arg-type]
+            if html is not None and not self.outbox.overflowed:
+                self.outbox.push(html, None)
         elif message["type"] == "websocket.receive":
             # Nor for a member's action: it is only queued (`receive`), and its database work
             # goes through database_sync_to_async, which closes old connections itself. The

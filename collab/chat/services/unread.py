@@ -19,6 +19,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from channels.db import database_sync_to_async
 from django.db.models import Count, F, Q
 from django.urls import reverse
 from django.utils.html import escape
@@ -28,12 +29,14 @@ from collab.chat.errors import ClientError
 from collab.chat.events import UnreadActivity as Activity
 from collab.chat.events import UnreadItem as Item
 from collab.chat.events import UnreadRead as Read
+from collab.chat.events import activity_group
 from collab.chat.models import Membership, Message, Room
 
 log = logging.getLogger(__name__)
 
 NAV_ROOMS = 100  # rooms listed in the sidebar (and tracked per socket): bounded
 MAX_MENTIONS = 20  # usernames an activity event carries
+EVENTS = ("unread.activity", "unread.read")  # what a socket hands to its Sidebar
 MENTION_SCAN = 500  # unread messages holding "@name" looked at per summary (the mark)
 PERSON_RE = re.compile(r"(?<![\w@])@([\w.@+-]{1,150})")
 
@@ -261,3 +264,39 @@ def room_ids(user_id: int) -> list[int]:
         .values_list("room_id", flat=True)
     )
     return list(rows[:NAV_ROOMS])
+
+
+class Sidebar:
+    """One socket's sidebar: the activity groups it follows and what it shows (Tracker)."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.tracker: Tracker | None = None
+        self.followed: set[int] = set()
+
+    async def follow(self, user_id: int, username: str, room_id: int) -> str:
+        """Join the activity groups of the user's rooms other than `room_id` (its frames
+        reach the page already, which counts them: notify.js), then read their counts
+        (joined first: a post counted by both is told apart by its seq); the list, whole."""
+        ids = [i for i in await database_sync_to_async(room_ids)(user_id) if i != room_id]
+        for other in ids:  # idempotent: a resync joins again
+            await broadcast.join(activity_group(other), self.channel)
+        self.followed.update(ids)
+        self.tracker = await database_sync_to_async(Tracker.load)(user_id, username, room_id)
+        return self.tracker.html()
+
+    def event(self, event: Activity | Read) -> str | None:
+        """A room had new messages, or the user read one: its entry, if it changed."""
+        if self.tracker is None:
+            return None
+        if event["type"] == "unread.activity":
+            return self.tracker.on_activity(event)
+        return self.tracker.on_read(event)
+
+    def forget(self, room_id: int) -> str | None:
+        return self.tracker.forget(room_id) if self.tracker is not None else None
+
+    async def unfollow(self) -> None:
+        for room_id in self.followed:
+            await broadcast.leave(activity_group(room_id), self.channel)
+        self.followed.clear()
