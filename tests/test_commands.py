@@ -47,6 +47,8 @@ SAMPLES: dict[str, Callable[[int, int], dict[str, Any]]] = {
     "lock": lambda q, r: {},
     "unlock": lambda q, r: {},
     "stop_all": lambda q, r: {},
+    "read": lambda q, r: {"seq": 1},
+    "notify": lambda q, r: {"level": "all"},
 }
 
 

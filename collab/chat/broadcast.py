@@ -24,7 +24,9 @@ from collab.chat.events import (
     Control,
     RoomClosed,
     RoomFrame,
+    UnreadActivity,
     UserEvent,
+    activity_group,
     member_group,
     room_group,
     user_group,
@@ -147,3 +149,9 @@ async def join(group: str, channel: str) -> None:
 
 async def leave(group: str, channel: str) -> None:
     await _layer().group_discard(group, channel)
+
+
+async def to_room_activity(event: UnreadActivity) -> None:
+    """A room's new messages, in one small event, to the sockets of all its members
+    wherever they are (their sidebars: services/unread.py). Once per post, not per piece."""
+    await _layer().group_send(activity_group(event["room_id"]), event)

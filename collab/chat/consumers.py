@@ -30,7 +30,7 @@ from collab.chat.events import (
 )
 from collab.chat.lifecycle import runtime
 from collab.chat.outbox import CLOSE_TOO_SLOW, Outbox
-from collab.chat.services import rooms, sessions, snapshot
+from collab.chat.services import rooms, sessions, snapshot, unread
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
     _held: list[tuple[RoomFrame, bytes | None]] | None = None
     _resync: asyncio.Task[None] | None = None
     _closing: asyncio.Task[None] | None = None
+    # The user's rooms, their unread counts and mention marks: the page's sidebar (services/unread.py).
+    sidebar: unread.Sidebar | None = None
 
     async def connect(self) -> None:
         # Per reply, the next offset this socket expects (inf: no more pieces, only its final).
@@ -115,10 +117,12 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 await fanout.join(self.room_id, self)  # the room's frames (collab/chat/fanout.py)
                 await broadcast.join(user_group(self.user_id), self.channel_name)
                 await broadcast.join(member_group(self.room_id, self.user_id), self.channel_name)
+                self.sidebar = self.sidebar or unread.Sidebar(self.channel_name)
+                sidebar_html = await self.sidebar.follow(self.user_id, self.username, self.room_id)
                 messages_html, members_html, self.floors = await snapshot.snapshot(
                     self.room_id, self.room_slug, self.user_id
                 )
-                await self.outbox.put(messages_html + members_html)
+                await self.outbox.put(messages_html + members_html + sidebar_html)
         finally:
             self._snapshots -= 1
             if self._snapshots == 0:  # the last snapshot is out: what came meanwhile, on its floors
@@ -159,6 +163,8 @@ class RoomConsumer(AsyncWebsocketConsumer):
             try:
                 await broadcast.leave(user_group(self.user_id), self.channel_name)
                 await broadcast.leave(member_group(self.room_id, self.user_id), self.channel_name)
+                if self.sidebar is not None:
+                    await self.sidebar.unfollow()
                 if not self.read_only:
                     await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
             except Exception:  # the layer is away: groups and presence expire by themselves
@@ -183,6 +189,10 @@ class RoomConsumer(AsyncWebsocketConsumer):
         # (a thread hop per member per frame, docs/architecture.md#a-streaming-path).
         if message["type"] == "room.frame":
             self.take_frame(message, None)  # type: ignore[arg-type]
+        elif message["type"] in unread.EVENTS:  # the sidebar's (services/unread.py): no database either
+            html = self.sidebar.event(message) if self.sidebar is not None else None  # type: ignore[arg-type]
+            if html is not None and not self.outbox.overflowed:
+                self.outbox.push(html, None)
         elif message["type"] == "websocket.receive":
             # Nor for a member's action: it is only queued (`receive`), and its database work
             # goes through database_sync_to_async, which closes old connections itself. The
@@ -303,6 +313,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
 
     async def membership_ended(self, event: MembershipEnded) -> None:
+        html = self.sidebar.forget(event["room_id"]) if self.sidebar is not None else None
+        if html is not None and event["room_id"] != self.room_id:
+            await self._tell(html)
         if event["room_id"] == self.room_id:
             code, text = ENDED.get(event["reason"], ENDED["left"])
             await self._tell(rendering.frame_error(code, text))

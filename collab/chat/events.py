@@ -65,7 +65,40 @@ class AccountChanged(TypedDict):
     type: Literal["account.changed"]
 
 
-UserEvent = MembershipEnded | SessionEnded | AccountChanged
+class UnreadItem(TypedDict):
+    seq: int
+    author: int  # the author's user id; 0: an assistant's reply
+    to: int  # a personal reply's recipient; 0: everyone sees it
+    mentions: list[str]  # the usernames it @mentions (lower case)
+
+
+class UnreadActivity(TypedDict):
+    """To a room's activity group (`activity_group`): messages new in it, a post and the
+    replies it starts (services/unread.py). Once per post, never per piece."""
+
+    type: Literal["unread.activity"]
+    room_id: int
+    items: list[UnreadItem]
+
+
+class UnreadRead(TypedDict):
+    """To one user's sockets: they read a room up to `read` (its seqs counted up to `last`)."""
+
+    type: Literal["unread.read"]
+    room_id: int
+    read: int
+    last: int
+    count: int
+    mentioned: bool
+
+
+def activity_group(room_id: int) -> str:
+    """Every socket of every member of a room, on every process, whatever room it has open
+    (each socket joins the groups of its user's rooms: the sidebar, services/unread.py)."""
+    return f"room.{room_id}.activity"
+
+
+UserEvent = MembershipEnded | SessionEnded | AccountChanged | UnreadRead
 
 
 class RoomClosed(TypedDict):

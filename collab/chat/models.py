@@ -206,6 +206,16 @@ class Membership(models.Model):
     # The member's personal lens in this room ("answer me in Spanish"): `/each` replies use it.
     lens = models.CharField(max_length=500, blank=True)
 
+    class Notify(models.TextChoices):
+        ALL = "all", "every message"
+        MENTIONS = "mentions", "mentions and replies to me"
+        NONE = "none", "never (unread still counted)"
+
+    # Unread (services/unread.py): the member has read this room up to this seq (monotonic).
+    read_seq = models.PositiveBigIntegerField(default=0)
+    # When the page may notify this member (static/collab/notify.js; commands/unread.py).
+    notify = models.CharField(max_length=10, choices=Notify.choices, default=Notify.MENTIONS)
+
     class Meta:
         constraints = [models.UniqueConstraint(fields=["room", "user"], name="one_membership_per_user")]
 

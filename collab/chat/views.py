@@ -27,11 +27,11 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from collab.chat import history_views, markup, rendering, shared
+from collab.chat import broadcast, history_views, markup, rendering, shared
 from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
-from collab.chat.services import availability, budgets, moderation, panels, providers, snapshot
+from collab.chat.services import availability, budgets, moderation, panels, providers, snapshot, unread
 from collab.chat.services import rooms as room_actions
 from collab.llm.local import MODEL_LABEL
 
@@ -70,16 +70,12 @@ def rooms(request: HttpRequest) -> HttpResponse:
             form.add_error("name", exc.message)
         else:
             return redirect("room", slug=room.slug)
-    mine = (
-        Room.objects.filter(memberships__user=access.user(request))
-        .exclude(status=Room.Status.ARCHIVED)
-        .order_by("name")
-    )
-    return render(
-        request,
-        "chat/rooms.html",
-        {"rooms": mine, "form": form, "my_cost": providers.user_cost(access.user(request).pk)},
-    )
+    me = access.user(request)
+    mine = Room.objects.filter(memberships__user=me).exclude(status=Room.Status.ARCHIVED).order_by("name")
+    counts = {r.room_id: r for r in unread.summary(me.pk, me.get_username())}  # unread and mentions
+    for r in mine:
+        r.unread = counts.get(r.pk)  # type: ignore[attr-defined]
+    return render(request, "chat/rooms.html", {"rooms": mine, "form": form, "my_cost": providers.user_cost(me.pk)})
 
 
 @require_GET
@@ -90,7 +86,13 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
     if isinstance(found, HttpResponse):
         return found
     the_room, membership = found
-    recent = snapshot.history(the_room, user_id=access.user(request).pk)
+    me = access.user(request)
+    if membership is not None:  # opening a room marks it read (services/unread.py)
+        moved, state = unread.mark_read(membership, None)
+        membership.read_seq = state.read
+        if moved:  # the member's other tabs and devices: their sidebars
+            broadcast.to_user_after_commit(me.pk, unread.read_event(state))
+    recent = snapshot.history(the_room, user_id=me.pk)
     members, members_more = rendering.members_listed(
         room_actions.members_of(the_room.id, shared.online_sync(the_room.id))
     )
@@ -117,6 +119,8 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
             "me": access.user(request).get_username(),
             "stops_any": membership is not None and membership.moderates,
             "max_chars": settings.COLLAB["MAX_MESSAGE_CHARS"],
+            # The sidebar: the viewer's rooms with their unread counts (the socket keeps it live).
+            "rooms_list": unread.list_html(unread.summary(me.pk, me.get_username()), the_room.pk),
         },
     )
 

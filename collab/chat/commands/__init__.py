@@ -9,6 +9,7 @@
     presence.py    typing
     pins.py        pin, unpin
     reactions.py   react
+    unread.py      read, notify
     versions.py    show_version
     steer.py       steer
     moderation.py  kick, ban, unban, lock, unlock, stop_all
@@ -24,6 +25,7 @@ from collab.chat.commands import (
     reactions,
     replies,
     steer,
+    unread,
     versions,
     votes,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "reactions",
     "replies",
     "steer",
+    "unread",
     "versions",
     "votes",
 ]

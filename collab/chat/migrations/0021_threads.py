@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0019_mcp_servers'),
+        ('chat', '0020_unread'),
     ]
 
     operations = [

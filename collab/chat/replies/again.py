@@ -17,7 +17,7 @@ from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
 from collab.chat.replies import merging
 from collab.chat.replies.jobs import create_placeholders, reply_jobs, start_and_announce
-from collab.chat.services import availability
+from collab.chat.services import availability, unread
 from collab.chat.services.rooms import allocate_seqs, check_open
 
 
@@ -70,3 +70,4 @@ async def start(reply: Message, jobs: list[ReplyJob]) -> None:
     # its recipient's alone.
     frame = frames.new(reply.id, slots.in_place(reply), [reply.id], to=reply.recipient_id)
     await start_and_announce(jobs, reply.room_id, frame, placeholders=[reply])
+    await unread.announce(reply.room_id, [reply])  # a new version: new to the members who see it

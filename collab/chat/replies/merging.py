@@ -28,7 +28,7 @@ from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
 from collab.chat.replies import each
 from collab.chat.replies.jobs import create_placeholders, reply_jobs, start_and_announce
-from collab.chat.services import availability, budgets, threads, votes
+from collab.chat.services import availability, budgets, threads, unread, votes
 from collab.chat.services.rooms import allocate_seqs
 
 _HANDLE = re.compile(r"@?([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
@@ -139,3 +139,4 @@ async def start(reply: Message, job: ReplyJob) -> None:
     parent = reply.thread if reply.thread_id is not None else None
     frame = frames.new(reply.id, threads.frame_new([reply], parent), [reply.id], thread=reply.thread_id)
     await start_and_announce([job], reply.room_id, frame, placeholders=[reply])
+    await unread.announce(reply.room_id, [reply])

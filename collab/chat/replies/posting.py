@@ -25,7 +25,7 @@ from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.prepared import Prepared
 from collab.chat.replies import agents, each, early
 from collab.chat.replies.jobs import ReplyJob, read_history, reply_jobs, start_and_announce
-from collab.chat.services import availability, budgets, rooms, threads
+from collab.chat.services import availability, budgets, rooms, threads, unread
 
 log = logging.getLogger(__name__)
 
@@ -332,4 +332,5 @@ async def post_message(
             log.warning("post %s stored but not announced", result.message.id, exc_info=True)
             result.unsent_frame = html
         await each.tell_started(result.message, placeholders)
+        await unread.announce(room_id, [result.message, *placeholders])  # members' sidebars: once per post
     return result
