@@ -3,7 +3,7 @@ every message and member, and the card behind an assistant's name on its reply."
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from django import template
@@ -21,14 +21,28 @@ def _template(name: str) -> Any:
     return get_template(name)  # on first use: these tags are loaded while templates compile
 
 
+# Every article renders both (a reply's "new" and final frames, each snapshot): the same few
+# names and assistants over and over, so each is rendered once per process and kept (a
+# render is ~20 µs, a third of what these parts added to an article; docs/benchmarks.md).
+@lru_cache(maxsize=4096)
+def _avatar(name: str, picture: str, bot: bool) -> SafeString:
+    html = _template("chat/_avatar.html").render({"a": people.avatar(name, picture, bot)})
+    return mark_safe(html.strip())  # rendered by a template, escaped there
+
+
+@lru_cache(maxsize=1024)
+def _card(name: str, handle: str, provider: str, model: str) -> SafeString:
+    card = {"name": name, "handle": handle, "provider": provider, "model": model}
+    return mark_safe(_template("chat/_assistant_card.html").render({"c": card}).strip())  # escaped there
+
+
 @register.simple_tag
 def avatar(name: str, picture: str = "", role: str = "") -> SafeString:
     """`role`: "assistant" shows an assistant's (square) avatar."""
-    html = _template("chat/_avatar.html").render({"a": people.avatar(str(name), picture, role == "assistant")})
-    return mark_safe(html.strip())  # rendered by a template, escaped there
+    return _avatar(str(name), str(picture), role == "assistant")
 
 
 @register.simple_tag
 def assistant_card(message: Message) -> SafeString:
-    html = _template("chat/_assistant_card.html").render({"c": people.assistant_card(message)})
-    return mark_safe(html.strip())  # rendered by a template, escaped there
+    c = people.assistant_card(message)
+    return _card(c["name"], c["handle"], c["provider"], c["model"])
