@@ -276,6 +276,7 @@
     });
     list.querySelectorAll(".body.md pre:not([data-copy])").forEach(function (pre) {
       pre.setAttribute("data-copy", "1");
+      pre.tabIndex = 0;  // a code block wider than the column scrolls: by keyboard too (axe)
       var wrap = doc.createElement("div"), button = fromTemplate("copy-template");
       wrap.className = "code";
       pre.parentNode.insertBefore(wrap, pre);

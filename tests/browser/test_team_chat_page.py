@@ -63,7 +63,7 @@ def test_rooms_a_thread_reactions_and_a_steer_on_one_page(chromium: Any, site: A
     reply = alice.locator("#messages article[data-role=assistant][data-status=streaming]").last
     reply.wait_for()
     rid = reply.get_attribute("id")
-    bob.wait_for_selector(f"#{rid}[data-status=streaming] .body:not(:empty)")
+    bob.wait_for_selector(f"#{rid}[data-status=streaming] .body:not(:empty)", state="attached")  # the raw text
     bob.locator(f"#{rid} .act.steer").click()
     note = bob.locator(f"#{rid} form.steer-form input")
     note.fill("keep it to five items")
