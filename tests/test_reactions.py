@@ -95,6 +95,7 @@ async def test_forged_and_bad_reactions_are_refused_and_change_nothing(world: Wo
         shared = put(world.room, "alice", "shared")
         personal = put(world.room, "a", "for bob alone", recipient=world.bob)
         gone = put(world.room, "bob", "", deleted_at=shared.created_at)
+        put(world.room, "a", "an earlier version, asked again since", version_hidden=True)
         other = Room.objects.create(name="Other", slug="other", owner=world.carol)
         Membership.objects.create(room=other, user=world.carol, role=Membership.Role.OWNER)
         return shared, personal, gone
@@ -104,6 +105,8 @@ async def test_forged_and_bad_reactions_are_refused_and_change_nothing(world: Wo
         await refused(carol, "message.not_found", action="react", message_id=shared.pk, emoji="👍")  # another room's
         await refused(alice, "message.not_found", action="react", message_id=personal.pk, emoji="👍")  # bob's reply
         await refused(bob, "message.deleted", action="react", message_id=gone.pk, emoji="👍")
+        hidden = await Message.objects.aget(room=world.room, version_hidden=True)
+        await refused(bob, "react.hidden", action="react", message_id=hidden.pk, emoji="👍")
         for bad in ("x", "👍👍", ":thumbs_up:", "🏽", "", None, 3, "👍" * 40):
             await refused(bob, "react.unknown_emoji", action="react", message_id=shared.pk, emoji=bad)
         await refused(bob, "react.invalid", action="react", message_id=shared.pk, emoji="👍", on="yes")

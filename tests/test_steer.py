@@ -230,6 +230,10 @@ async def test_steering_is_refused_when_it_may_not(world: World, sim: tuple[str,
         await refused(bob, "steer.too_long", action="steer", message_id=ended, text="x" * (MAX_NOTE_CHARS + 1))
         await refused(bob, "steer.invalid", action="steer", message_id=ended, text=["a list"])
         await refused(bob, "steer.invalid", action="steer", message_id=ended, text="nul\x00")
+        # A lone surrogate (JSON's "\ud800") could not be stored or sent; an override would
+        # make the marker read otherwise than it does.
+        for bad in ("half \ud800 a pair", "bell\x07", "mirror \u202e kcab"):
+            await refused(bob, "steer.invalid", action="steer", message_id=ended, text=bad)
         await Room.objects.filter(pk=world.room.pk).aupdate(status=Room.Status.LOCKED)
         await refused(bob, "room.locked", action="steer", message_id=agent, text=NOTE)
         await Room.objects.filter(pk=world.room.pk).aupdate(status=Room.Status.OPEN, budget_tokens=1)

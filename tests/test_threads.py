@@ -221,6 +221,10 @@ async def test_the_thread_view_search_and_exports(world: World) -> None:
         carol.force_login(world.carol)
         assert carol.get(f"/r/lab/t/{parent.pk}/").status_code == 404  # not a member
         assert carol.get(f"/r/other/t/{parent.pk}/").status_code == 404  # another room's message
+        # A message hidden as a version (its reply asked again) keeps its thread, reachable.
+        Message.objects.filter(pk=parent.pk).update(version_hidden=True)
+        assert f'id="msg-{reply.pk}"' in client.get(f"/r/lab/t/{parent.pk}/").content.decode()
+        Message.objects.filter(pk=parent.pk).update(version_hidden=False)
 
     await database_sync_to_async(pages)()
     _, body, _ = await database_sync_to_async(exported)(world.bob, "/r/lab/export.json")
@@ -265,3 +269,28 @@ async def test_a_thread_leaves_what_this_process_knows_of_the_room(world: World,
         assert count("taken") == taken + 1  # guessed from what it knew, and taken: the very request
     turns = [t["content"] for t in request_with(sim, "next question")[1:]]
     assert not any("in its thread" in t for t in turns)
+
+
+def test_a_long_thread_opens_at_its_newest_messages(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The panel renders the newest THREAD_PAGE messages and says how many came before."""
+    from collab.chat.services import threads
+
+    monkeypatch.setattr(threads, "THREAD_PAGE", 2)
+    parent = put(world.room, "alice", "the release plan")
+    first, second, third = (put(world.room, "bob", f"point {n}", thread=parent) for n in (1, 2, 3))
+    client = Client()
+    client.force_login(world.bob)
+    view = client.get(f"/r/lab/t/{parent.pk}/").content.decode()
+    assert f'id="msg-{first.pk}"' not in view
+    assert f'id="msg-{second.pk}"' in view and f'id="msg-{third.pk}"' in view
+    assert view.index(f'id="msg-{second.pk}"') < view.index(f'id="msg-{third.pk}"')
+    assert "1 earlier message of this thread" in view and 'href="/r/lab/search"' in view
+
+
+def test_a_parent_deleted_as_a_row_leaves_its_thread_in_the_room(world: World) -> None:
+    """The admin deletes rows (members leave a tombstone): the thread's messages stay, in the room."""
+    parent = put(world.room, "alice", "the release plan")
+    reply = put(world.room, "bob", "ship it", thread=parent)
+    parent.delete()
+    kept = Message.objects.get(pk=reply.pk)
+    assert kept.thread_id is None and kept.text == "ship it"

@@ -380,7 +380,9 @@ class Message(models.Model):
     # Threads (docs/wire.md, "threads"; services/threads.py): a message of a thread points to
     # the top-level message it hangs on, and stays out of the room's timeline. The parent
     # keeps its thread's count and last message's time, bumped in the post's transaction.
-    thread = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    # SET_NULL: a parent deleted as a row (the admin's delete; members leave a tombstone) puts
+    # its thread's messages in the room rather than losing them.
+    thread = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     thread_replies = models.PositiveIntegerField(default=0)
     thread_last_at = models.DateTimeField(null=True, blank=True)
 

@@ -22,10 +22,12 @@ def thread(request: HttpRequest, slug: str, message_id: int) -> HttpResponse:
     if parent is None:
         raise Http404("No such message in this room.")
     limit = rendering.budget("ARTICLE_BYTES")
-    articles = [rendering.article(m, limit=limit) for m in threads.thread_messages(parent, user_id)]
+    messages, earlier = threads.thread_messages(parent, user_id)
     context = {
         "parent": parent,
-        "articles": articles,
+        "articles": [rendering.article(m, limit=limit) for m in messages],
+        "earlier": earlier,
+        "slug": slug,
         "may_post": membership.room.status == Room.Status.OPEN and parent.deleted_at is None,
     }
     return render(request, "chat/_thread_panel.html", context)

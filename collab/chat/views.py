@@ -87,7 +87,7 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
         return found
     the_room, membership = found
     me = access.user(request)
-    if membership is not None:  # opening a room marks it read (services/unread.py)
+    if membership is not None and request.method == "GET":  # opening it marks it read (services/unread.py): not a HEAD
         moved, state = unread.mark_read(membership, None)
         membership.read_seq = state.read
         if moved:  # the member's other tabs and devices: their sidebars

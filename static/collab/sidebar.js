@@ -5,11 +5,15 @@
 // menu behind #rooms-toggle.
 (function () {
   "use strict";
-  var doc = document, sock = null, sent = 0, lastSentAt = 0, timer = null;
+  var doc = document, sock = null, sent = 0, lastSentAt = 0, timer = null, arrived = 0;
+  // A thread's messages count in the room's unread too: they come in frames to the hidden
+  // #thread-live (threads.js keeps only the open thread's), so their seqs are taken as they
+  // arrive, and an open page marks them read with the rest.
+  var ARTICLE_SEQ = /<article\b[^>]*\bdata-seq="(\d+)"/g;
   var room = function () { return doc.querySelector(".room[data-room-id]"); };
 
   function maxSeq() {
-    var top = 0;
+    var top = arrived;
     doc.querySelectorAll("#messages article[data-seq]").forEach(function (a) {
       var s = Number(a.getAttribute("data-seq")) || 0;
       if (s > top) top = s;
@@ -44,11 +48,17 @@
   doc.addEventListener("htmx:wsOpen", function (e) {
     sock = e.detail && e.detail.socketWrapper;
     sent = 0; // a new socket: say it again (the server ignores a mark that does not move)
+    arrived = 0; // and count again from its snapshot
   });
   doc.addEventListener("htmx:wsClose", function () { sock = null; });
   doc.addEventListener("htmx:wsAfterMessage", function (e) {
     var text = e.detail && e.detail.message;
-    if (typeof text === "string" && text.indexOf("<article") !== -1) soon();
+    if (typeof text === "string" && text.indexOf("<article") !== -1) {
+      var m;
+      ARTICLE_SEQ.lastIndex = 0;
+      while ((m = ARTICLE_SEQ.exec(text)) !== null) arrived = Math.max(arrived, Number(m[1]));
+      soon();
+    }
     if (typeof text === "string" && text.indexOf("nav-room") !== -1) total();
   });
   doc.addEventListener("visibilitychange", function () { if (doc.visibilityState === "visible") soon(); });

@@ -71,6 +71,10 @@ def _store(access: Access, emoji: str, on: bool | None) -> Message:
         message = Message.objects.select_for_update().get(pk=access.message.pk)
         if message.deleted_at is not None:
             raise ClientError("message.deleted", "This message was deleted.")
+        if message.version_hidden:  # its slot shows another version: no page has its bar
+            raise ClientError(
+                "react.hidden", "That version of the reply is not shown: react to the one the room shows."
+            )
         mine = Reaction.objects.filter(message=message, user=user, emoji=emoji)
         had = mine.exists()
         if on is None:

@@ -11,6 +11,8 @@ rate (a note costs a model request), a locked or archived room, a spent budget.
 
 from __future__ import annotations
 
+import re
+
 from collab.chat.commands.registry import REPLY, Access, Ctx, command
 from collab.chat.errors import ClientError
 from collab.chat.models import Message
@@ -18,11 +20,16 @@ from collab.chat.replies import steering
 from collab.chat.services import budgets
 from collab.chat.services.rooms import take_post_token
 
+# NUL and lone surrogates cannot be stored or sent (one in a reply's text would break its
+# pieces and its final write); other control characters and bidirectional overrides would
+# make the marker, shown under the member's name, say something else than it does.
+_REFUSED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
+
 
 def note_text(value: object) -> str:
     """The note as one line: its runs of whitespace made one space."""
-    if value is not None and (not isinstance(value, str) or "\x00" in value):
-        raise ClientError("steer.invalid", "A steering note is text.")
+    if value is not None and (not isinstance(value, str) or _REFUSED.search(value)):
+        raise ClientError("steer.invalid", "A steering note is text, without control characters.")
     text = " ".join((value or "").split())
     if not text:
         raise ClientError("steer.empty", "Write what the reply should do differently.")

@@ -56,7 +56,12 @@ def _notify(access: Access, level: object) -> str:
     return unread.set_notify(access.membership, level)
 
 
-@command("notify", params={"level": lambda v: v})
+async def take_notify_token(user_id: int, room_id: int) -> None:
+    # Each change is a write and a frame to every tab: a flood stops at the shared state.
+    await take_token(f"notify:{user_id}:{room_id}", 5, 1.0, "the setting was not changed.", "changing notifications")
+
+
+@command("notify", params={"level": lambda v: v}, rate=take_notify_token)
 async def notify(ctx: Ctx, level: object) -> None:
     """This member's notifications in this room: all, mentions or none; every tab of
     theirs in the room gets the form again (their member group)."""

@@ -46,7 +46,9 @@ def parent_for_post(membership: Membership, thread: int) -> Message:
     """The top-level message a post in thread `thread` hangs on, checked (in the post's
     transaction): a message of this room the member sees, not deleted, not a personal
     reply; a message in a thread stands for its thread."""
-    seen = Message.objects.filter(room_id=membership.room_id, version_hidden=False).visible_to(membership.user_id)
+    # A hidden version keeps its thread: a reply asked again (its slot shows another version)
+    # took none of its thread's messages with it (docs/wire.md, "Threads").
+    seen = Message.objects.filter(room_id=membership.room_id).visible_to(membership.user_id)
     found = seen.filter(pk=thread).only("id", "thread_id", "deleted_at", "recipient_id").first()
     if found is not None and found.thread_id is not None:  # a reply in a thread: that same thread
         found = seen.filter(pk=found.thread_id).only("id", "thread_id", "deleted_at", "recipient_id").first()
@@ -108,19 +110,23 @@ def frame_new(messages: Sequence[Message], parent: Message | None = None) -> str
     return html + (line(parent) if parent is not None else "")
 
 
-def thread_messages(parent: Message, user_id: int) -> list[Message]:
-    """The thread's messages a member sees (their own personal replies included), in order."""
-    rows = (
-        Message.objects.filter(thread_id=parent.pk, room_id=parent.room_id, version_hidden=False)
-        .visible_to(user_id)
-        .select_related("recipient", "reply_to")
-    )
-    return sorted(rows, key=room_order)
+# The thread's panel shows its newest messages, at most this many: a thread of thousands is
+# read whole in search and the exports, never rendered whole on every open or reconnect.
+THREAD_PAGE = 200
+
+
+def thread_messages(parent: Message, user_id: int) -> tuple[list[Message], int]:
+    """The thread's newest messages a member sees (their own personal replies included), in
+    order, and how many earlier ones are left out."""
+    seen = Message.objects.filter(thread_id=parent.pk, room_id=parent.room_id, version_hidden=False).visible_to(user_id)
+    rows = list(seen.select_related("recipient", "reply_to").order_by("-seq")[:THREAD_PAGE])
+    earlier = seen.count() - len(rows) if len(rows) == THREAD_PAGE else 0
+    return sorted(rows, key=room_order), earlier
 
 
 def parent_for_view(room: Room, user_id: int, thread: int) -> Message | None:
     """The top-level message a thread hangs on, for the thread's panel (None: no such)."""
-    seen = Message.objects.filter(room_id=room.pk, thread__isnull=True, version_hidden=False).visible_to(user_id)
+    seen = Message.objects.filter(room_id=room.pk, thread__isnull=True).visible_to(user_id)  # hidden versions too
     return seen.filter(pk=thread).first()
 
 

@@ -15,6 +15,7 @@ to the reader's user group (every tab, every process). No event per piece or per
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
@@ -111,7 +112,9 @@ def summary(user_id: int, username: str) -> list[RoomUnread]:
     ).exclude(author_id=user_id)
     for row in unread.values("room_id").annotate(n=Count("id")).order_by():
         rooms[row["room_id"]].count = row["n"]
-    mentioned = unread.filter(text__icontains="@" + username).values_list("room_id", "text")[:MENTION_SCAN]
+    # A mention is a person's (as the live count's, `activity`): an assistant's text is not scanned.
+    people = unread.filter(role=Message.Role.USER, text__icontains="@" + username)
+    mentioned = people.values_list("room_id", "text")[:MENTION_SCAN]
     for room_id, text in mentioned:
         if mentions_user(text, username):
             rooms[room_id].mentioned = True
@@ -128,7 +131,8 @@ def room_state(membership: Membership, read: int, last: int) -> RoomUnread:
     unread = Message.objects.filter(_unread(user.pk), room_id=room.pk, seq__gt=read).exclude(author_id=user.pk)
     state.count = unread.count()
     username = user.get_username()
-    texts = unread.filter(text__icontains="@" + username).values_list("text", flat=True)[:MENTION_SCAN]
+    people = unread.filter(role=Message.Role.USER, text__icontains="@" + username)  # as summary's
+    texts = people.values_list("text", flat=True)[:MENTION_SCAN]
     state.mentioned = any(mentions_user(t, username) for t in texts)
     return state
 
@@ -279,8 +283,9 @@ class Sidebar:
         reach the page already, which counts them: notify.js), then read their counts
         (joined first: a post counted by both is told apart by its seq); the list, whole."""
         ids = [i for i in await database_sync_to_async(room_ids)(user_id) if i != room_id]
-        for other in ids:  # idempotent: a resync joins again
-            await broadcast.join(activity_group(other), self.channel)
+        # Joined at once, not one round trip after another (a connect waits on them). A resync
+        # joins them all again: a Redis that came back has lost its groups.
+        await asyncio.gather(*(broadcast.join(activity_group(other), self.channel) for other in ids))
         self.followed.update(ids)
         self.tracker = await database_sync_to_async(Tracker.load)(user_id, username, room_id)
         return self.tracker.html()
@@ -297,6 +302,5 @@ class Sidebar:
         return self.tracker.forget(room_id) if self.tracker is not None else None
 
     async def unfollow(self) -> None:
-        for room_id in self.followed:
-            await broadcast.leave(activity_group(room_id), self.channel)
-        self.followed.clear()
+        followed, self.followed = self.followed, set()
+        await asyncio.gather(*(broadcast.leave(activity_group(room_id), self.channel) for room_id in followed))
