@@ -34,6 +34,7 @@
     var h = Array.prototype.map.call(b, function (x) { return (x + 256).toString(16).slice(1); }).join("");
     return h.slice(0, 8) + "-" + h.slice(8, 12) + "-" + h.slice(12, 16) + "-" + h.slice(16, 20) + "-" + h.slice(20);
   }
+  window.collabIds = { uuid4: uuid4 }; // threads.js's posts too
   function count(text) { return Array.from(text).length; } // characters, as the server counts them
   function number(n) { return n.toLocaleString("en-US"); }
 

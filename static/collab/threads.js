@@ -22,13 +22,7 @@
   function openThread() { var v = view(); return v ? v.getAttribute("data-thread") : null; }
   function list() { var t = openThread(); return t ? byId("thread-" + t + "-list") : null; }
   function box() { return byId("thread-composer"); }
-  function uuid4() {
-    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-    var b = crypto.getRandomValues(new Uint8Array(16));
-    b[6] = (b[6] & 15) | 64; b[8] = (b[8] & 63) | 128;
-    var h = Array.prototype.map.call(b, function (x) { return (x + 256).toString(16).slice(1); }).join("");
-    return h.slice(0, 8) + "-" + h.slice(8, 12) + "-" + h.slice(12, 16) + "-" + h.slice(16, 20) + "-" + h.slice(20);
-  }
+  function uuid4() { return window.collabIds.uuid4(); } // collab.js's: a post's client_id
   function seqOf(a) { return Number(a.getAttribute("data-slot-seq") || a.getAttribute("data-seq")); }
   function children(el) { return Array.prototype.slice.call(el.querySelectorAll(":scope > article[id]")); }
   function streaming(a) { return a.getAttribute("data-status") === "streaming"; }
