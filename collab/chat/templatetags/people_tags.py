@@ -31,9 +31,9 @@ def _avatar(name: str, picture: str, bot: bool) -> SafeString:
 
 
 @lru_cache(maxsize=1024)
-def _card(name: str, handle: str, provider: str, model: str) -> SafeString:
-    card = {"name": name, "handle": handle, "provider": provider, "model": model}
-    return mark_safe(_template("chat/_assistant_card.html").render({"c": card}).strip())  # escaped there
+def _card(card: tuple[tuple[str, str], ...]) -> SafeString:
+    html = _template("chat/_assistant_card.html").render({"c": dict(card)})
+    return mark_safe(html.strip())  # rendered by a template, escaped there
 
 
 @register.simple_tag
@@ -44,5 +44,4 @@ def avatar(name: str, picture: str = "", role: str = "") -> SafeString:
 
 @register.simple_tag
 def assistant_card(message: Message) -> SafeString:
-    c = people.assistant_card(message)
-    return _card(c["name"], c["handle"], c["provider"], c["model"])
+    return _card(tuple(people.assistant_card(message).items()))  # its fields, hashable: the cache's key
