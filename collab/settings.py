@@ -268,6 +268,9 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(env("COLLAB_STATIC_ROOT", str(BASE_DIR / ".staticfiles")))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on a missing root
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Members' files (collab/chat/file_models.py): this folder unless a deployment configures
+# another storage (docs/architecture/files.md).
+MEDIA_ROOT = Path(env("COLLAB_MEDIA_ROOT", str(BASE_DIR / "media")))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -361,6 +364,20 @@ COLLAB: dict[str, Any] = {
     # this many and this many bytes; past either it is closed with 4408 (collab/chat/outbox.py).
     "SOCKET_BACKLOG_FRAMES": env_int("COLLAB_SOCKET_BACKLOG_FRAMES", 2000),
     "SOCKET_BACKLOG_BYTES": env_int("COLLAB_SOCKET_BACKLOG_BYTES", 1 << 20),
+    # Files (docs/wire.md, "Files"): caps per file and per message, a member's uploads (a
+    # burst, then one per refill), images' pixels as stored, documents' extraction budget.
+    "MAX_FILE_BYTES": env_int("COLLAB_MAX_FILE_BYTES", 20 << 20),
+    "MAX_MESSAGE_FILES": env_int("COLLAB_MAX_MESSAGE_FILES", 10),
+    "MAX_MESSAGE_FILE_BYTES": env_int("COLLAB_MAX_MESSAGE_FILE_BYTES", 50 << 20),
+    "UPLOAD_BURST": env_int("COLLAB_UPLOAD_BURST", 20),
+    "UPLOAD_REFILL_S": env_float("COLLAB_UPLOAD_REFILL_S", 3.0),
+    "MAX_IMAGE_PIXELS": env_int("COLLAB_MAX_IMAGE_PIXELS", 50_000_000),  # larger is refused (a bomb)
+    "IMAGE_MAX_SIDE": env_int("COLLAB_IMAGE_MAX_SIDE", 2048),  # stored no larger (re-encoded)
+    "EXTRACT_BUDGET_S": env_float("COLLAB_EXTRACT_BUDGET_S", 20.0),
+    "EXTRACT_MEMORY_MB": env_int("COLLAB_EXTRACT_MEMORY_MB", 512),
+    "MAX_EXTRACTED_CHARS": env_int("COLLAB_MAX_EXTRACTED_CHARS", 2_000_000),
+    "FILE_PART_CHARS": env_int("COLLAB_FILE_PART_CHARS", 2000),
+    "ORPHAN_UPLOAD_HOURS": env_float("COLLAB_ORPHAN_UPLOAD_HOURS", 24.0),
     # SIGTERM: how long running replies may finish before the rest are stored `interrupted`.
     "DRAIN_S": env_float("COLLAB_DRAIN_S", 10.0),
     # The process's background work: control listener, heartbeat, sweep (collab/chat/lifecycle.py).

@@ -4,7 +4,7 @@ from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from collab.chat import history_views, reaction_views, settings_views, thread_views, views
+from collab.chat import file_views, history_views, reaction_views, settings_views, thread_views, views
 from collab.signin import oidc
 from collab.signin import views as signin_views
 
@@ -25,6 +25,9 @@ urlpatterns = [
     path("r/<slug:slug>/m/<int:message_id>/", views.message_full, name="message_full"),
     path("r/<slug:slug>/t/<int:message_id>/", thread_views.thread, name="thread"),
     path("r/<slug:slug>/m/<int:message_id>/edit/", history_views.edit_form, name="message_edit"),
+    path("r/<slug:slug>/files/", file_views.upload, name="file_upload"),
+    path("r/<slug:slug>/f/<int:file_id>/thumb", file_views.thumb, name="file_thumb"),
+    path("r/<slug:slug>/f/<int:file_id>/<str:name>", file_views.download, name="file"),
     path("r/<slug:slug>/search", history_views.search, name="room_search"),
     re_path(r"^r/(?P<slug>[-a-zA-Z0-9_]+)/export\.(?P<fmt>md|json)$", history_views.export, name="room_export"),
     path("r/<slug:slug>/leave/", views.leave, name="leave"),

@@ -15,3 +15,10 @@ import secrets
 # `check --deploy` wants), unless the caller gave one.
 os.environ.setdefault("DJANGO_SECRET_KEY", "tests-" + secrets.token_urlsafe(50))
 os.environ.setdefault("COLLAB_HTTPS", "0")
+
+# Members' files (collab/chat/file_models.py) go to a folder of this run, never the
+# checkout's media/; every process a test starts stores in the same one.
+if "COLLAB_MEDIA_ROOT" not in os.environ:
+    import tempfile
+
+    os.environ["COLLAB_MEDIA_ROOT"] = tempfile.mkdtemp(prefix="collab-media-")

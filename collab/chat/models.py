@@ -13,6 +13,7 @@ from django.db import models
 from django.urls import reverse
 
 from collab.chat import provider_env
+from collab.chat.file_models import Attachment, AttachmentPart  # noqa: F401 (re-exported: part of this app's models)
 from collab.chat.mcp_models import McpCall, McpServer, McpTool  # noqa: F401 (re-exported: part of this app's models)
 from collab.chat.provider_models import (  # noqa: F401 (re-exported: part of this app's models)
     HANDLE_RE,
@@ -61,6 +62,12 @@ class Assistant(models.Model):
         related_name="assistants",
         verbose_name="MCP tools",
         help_text="MCP servers' tools it may call (offered while the server is enabled and the schema valid).",
+    )
+
+    # Images go to it as image parts; one that cannot see them gets a note that says so
+    # (chat/files/for_models.py). The embedded local model never sees them.
+    vision = models.BooleanField(
+        "sees images", default=True, help_text="Its model reads images (else it is told an image was attached)."
     )
 
     class Availability(models.TextChoices):

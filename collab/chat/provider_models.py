@@ -75,6 +75,17 @@ class Provider(models.Model):
         validators=[MinValueValidator(0)],
         help_text="How long an endpoint that failed before its first token is avoided.",
     )
+    class ImageDelivery(models.TextChoices):
+        DATA = "data", "in the request (base64 data URLs)"
+        URL = "url", "as signed links to this server (COLLAB_PUBLIC_URL must reach it)"
+
+    image_delivery = models.CharField(
+        "images sent",
+        max_length=4,
+        choices=ImageDelivery.choices,
+        default=ImageDelivery.DATA,
+        help_text="How images attached in a room reach this provider's vision models.",
+    )
     max_concurrency = models.PositiveIntegerField(
         default=0,
         help_text="Streams at once per server process (0: no cap). Requests beyond it queue, in order.",
