@@ -271,10 +271,38 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # Members' files (collab/chat/file_models.py): this folder unless a deployment configures
 # another storage (docs/architecture/files.md).
 MEDIA_ROOT = Path(env("COLLAB_MEDIA_ROOT", str(BASE_DIR / "media")))
-STORAGES = {
+STORAGES: dict[str, dict[str, Any]] = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
+# An S3-compatible store instead (AWS, MinIO, Ceph, R2 ...): private objects, read through
+# presigned URLs the file view hands to members only. The credentials come from boto3's
+# own chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, an instance role): never
+# from these settings, the database or the logs.
+COLLAB_S3_BUCKET = env("COLLAB_S3_BUCKET")
+if COLLAB_S3_BUCKET:
+    STORAGES["default"] = {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": COLLAB_S3_BUCKET,
+            "endpoint_url": env("COLLAB_S3_ENDPOINT_URL") or None,
+            "region_name": env("COLLAB_S3_REGION") or None,
+            "default_acl": "private",
+            "querystring_auth": True,
+            "file_overwrite": False,
+        },
+    }
+# How long a presigned URL of a file lives (S3 only): the member's browser follows it at once.
+COLLAB_FILES_URL_EXPIRE_S = env_int("COLLAB_FILES_URL_EXPIRE_S", 60)
+# Behind nginx: the file view answers with `X-Accel-Redirect: <this prefix>/<stored name>`
+# and nginx sends the bytes from its internal location (deploy/nginx.conf); "" = Django sends them.
+COLLAB_FILES_ACCEL = env("COLLAB_FILES_ACCEL")
+# Uploads past COLLAB["MAX_FILE_BYTES"] are refused before they are parsed (collab/chat/files/handlers.py).
+FILE_UPLOAD_HANDLERS = [
+    "collab.chat.files.handlers.CappedUploadHandler",
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 # Serve from the app folders without collectstatic, so `make run` needs no build step.
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
@@ -319,6 +347,9 @@ COLLAB_TOOL_KEY_VARIABLES = [n.strip() for n in env("COLLAB_TOOL_KEY_VARIABLES")
 # refreshed this often by `manage.py refresh_mcp_tools --every`, which `serve` starts.
 COLLAB_MCP_STDIO = env_flag("COLLAB_MCP_STDIO", False)
 COLLAB_MCP_REFRESH_S = env_float("COLLAB_MCP_REFRESH_S", 900.0)
+# Uploads never posted are deleted after COLLAB["ORPHAN_UPLOAD_HOURS"] by
+# `manage.py sweep_uploads --every`, which `serve` starts with this period (0: not started).
+COLLAB_SWEEP_UPLOADS_S = env_float("COLLAB_SWEEP_UPLOADS_S", 3600.0)
 
 
 def env_limit(name: str, kind: type[int] | type[Decimal]) -> Any:

@@ -114,6 +114,7 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             self.demo(opts["demo_password"])
             self.schedule_mcp_listing(children)
+            self.schedule_upload_sweep(children)
             if workers == 1:
                 url = self.start_one(children, opts["host"], opts["port"])
             else:
@@ -151,6 +152,17 @@ class Command(BaseCommand):
             return
         command = [sys.executable, "manage.py", "refresh_mcp_tools", "--every", f"{every:g}"]
         children.start(command, "the MCP tools' listing", STAGE_MODEL, cwd=settings.BASE_DIR)
+
+    def schedule_upload_sweep(self, children: Children) -> None:
+        """Uploads never posted, deleted once COLLAB["ORPHAN_UPLOAD_HOURS"] old, looked for every
+        COLLAB_SWEEP_UPLOADS_S (docs/architecture/files.md, "Clean-up"): one process for the deployment."""
+        if settings.STORAGES["default"]["BACKEND"].endswith("FileSystemStorage"):
+            Path(settings.MEDIA_ROOT).mkdir(parents=True, exist_ok=True)  # the members' files' folder
+        every = settings.COLLAB_SWEEP_UPLOADS_S
+        if every <= 0:
+            return
+        command = [sys.executable, "manage.py", "sweep_uploads", "--every", f"{every:g}"]
+        children.start(command, "the sweep of uploads never posted", STAGE_MODEL, cwd=settings.BASE_DIR)
 
     def check_workers(self, opts: dict[str, Any]) -> str | None:
         """Everything --workers N needs, checked before anything starts; the nginx binary."""
