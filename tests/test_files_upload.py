@@ -497,3 +497,30 @@ def test_an_attachment_made_directly_is_served(room: Room, alice: User) -> None:
     )  # fmt: skip
     response = get(client_of(alice), found.get_absolute_url())
     assert response.status_code == 200 and response["Content-Type"] == "image/png"
+
+
+def test_serve_schedules_the_sweep(settings: Any) -> None:
+    from collab.chat.management.commands import serve
+
+    started: list[list[str]] = []
+
+    class Children:
+        def start(self, command: list[str], name: str, stage: int, **kw: Any) -> None:
+            started.append(command)
+
+    settings.COLLAB_SWEEP_UPLOADS_S = 3600.0
+    serve.Command().schedule_upload_sweep(Children())  # type: ignore[arg-type]
+    assert started and started[0][1:] == ["manage.py", "sweep_uploads", "--every", "3600"]
+    settings.COLLAB_SWEEP_UPLOADS_S = 0.0
+    serve.Command().schedule_upload_sweep(Children())  # type: ignore[arg-type]
+    assert len(started) == 1
+
+
+@pytest.mark.redis
+def test_the_upload_rate_is_shared_through_redis(settings: Any, room: Room, alice: User) -> None:
+    from tests.conftest import _use_layer
+
+    _use_layer(settings, "redis")
+    limits(settings, UPLOAD_BURST=1, UPLOAD_REFILL_S=60.0)
+    assert upload(client_of(alice), room, "a.txt", b"a").status_code == 201
+    refused(upload(client_of(alice), room, "a.txt", b"a"), 429, "file.rate")

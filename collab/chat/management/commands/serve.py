@@ -114,6 +114,8 @@ class Command(BaseCommand):
             call_command("migrate", interactive=False, verbosity=0)
             self.demo(opts["demo_password"])
             self.schedule_mcp_listing(children)
+            if settings.STORAGES["default"]["BACKEND"].endswith("FileSystemStorage"):
+                Path(settings.MEDIA_ROOT).mkdir(parents=True, exist_ok=True)  # members' files (COLLAB_MEDIA_ROOT)
             self.schedule_upload_sweep(children)
             if workers == 1:
                 url = self.start_one(children, opts["host"], opts["port"])
@@ -156,8 +158,6 @@ class Command(BaseCommand):
     def schedule_upload_sweep(self, children: Children) -> None:
         """Uploads never posted, deleted once COLLAB["ORPHAN_UPLOAD_HOURS"] old, looked for every
         COLLAB_SWEEP_UPLOADS_S (docs/architecture/files.md, "Clean-up"): one process for the deployment."""
-        if settings.STORAGES["default"]["BACKEND"].endswith("FileSystemStorage"):
-            Path(settings.MEDIA_ROOT).mkdir(parents=True, exist_ok=True)  # the members' files' folder
         every = settings.COLLAB_SWEEP_UPLOADS_S
         if every <= 0:
             return
