@@ -2,6 +2,7 @@
 
 WebSockets pass an origin check (collab/origins.py: this site whole, scheme, host and
 port, or one of CSRF_TRUSTED_ORIGINS) and session authentication before reaching a consumer.
+HTTP requests past the largest upload are refused before their body is read (collab/bodycap.py).
 """
 
 import os
@@ -15,13 +16,14 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from collab.bodycap import BodyCap  # noqa: E402
 from collab.chat.lifecycle import start_with_server  # noqa: E402
 from collab.origins import OriginValidator  # noqa: E402
 from collab.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyCap(django_asgi_app),  # no body past the largest upload is read
         "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
