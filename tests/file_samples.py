@@ -131,3 +131,13 @@ def docx_bomb(megabytes: int) -> bytes:
 
 HTML_AS_PNG = b"<!DOCTYPE html><html><body><script>alert(document.cookie)</script></body></html>"
 SVG = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+
+
+def animated_gif(frames: int = 3, size: tuple[int, int] = (400, 300)) -> bytes:
+    """An animated GIF, each frame a colour, with a comment."""
+    images = [Image.new("RGB", size, (80 * n % 256, 40, 200)) for n in range(frames)]
+    out = io.BytesIO()
+    images[0].save(
+        out, "GIF", save_all=True, append_images=images[1:], duration=120, loop=0, comment=b"made by someone private"
+    )
+    return out.getvalue()

@@ -135,6 +135,23 @@ def test_a_png_loses_its_text_chunks_and_exif(room: Room, alice: User) -> None:
     assert b"someone private" not in raw and b"SpyCam" not in raw and not stored.getexif()
 
 
+def test_an_animated_gif_stays_animated_bounded_and_without_its_comment(settings: Any, room: Room, alice: User) -> None:
+    limits(settings, IMAGE_MAX_SIDE=200)
+    response = upload(client_of(alice), room, "dance.gif", samples.animated_gif(3, (400, 300)))
+    assert response.status_code == 201, response.content
+    found = Attachment.objects.get(pk=response.json()["id"])
+    with found.file.open("rb") as f:
+        raw = f.read()
+    stored = Image.open(io.BytesIO(raw))
+    assert (stored.format, stored.n_frames, stored.size) == ("GIF", 3, (200, 150))
+    assert b"someone private" not in raw and (found.width, found.height) == (200, 150)
+
+
+def test_an_animation_counts_all_its_frames_against_the_pixel_limit(settings: Any, room: Room, alice: User) -> None:
+    limits(settings, MAX_IMAGE_PIXELS=400 * 300 * 2)  # one frame fits, three do not
+    refused(upload(client_of(alice), room, "long.gif", samples.animated_gif(3, (400, 300))), 422, "file.too_complex")
+
+
 def test_a_pixel_bomb_is_refused_before_it_is_decoded(room: Room, alice: User) -> None:
     before = stored_files()
     refused(upload(client_of(alice), room, "tiny.png", samples.png_pixel_bomb()), 422, "file.too_complex")
