@@ -168,6 +168,7 @@ def test_a_pixel_bomb_is_refused_before_it_is_decoded(room: Room, alice: User) -
         ("logo.svg", samples.SVG),
         ("logo.png", samples.SVG),
         ("page.txt", b"  <html><body>hi</body></html>"),
+        ("hidden.md", b"<!-- a comment -->\n<svg onload='alert(1)'></svg>"),
         ("binary.txt", b"text\x00with a NUL"),
         ("latin1.txt", "caf\xe9".encode("latin-1")),
         ("archive.docx", samples.docx(["x"])[:30] + b"not a zip"),
@@ -242,6 +243,7 @@ def test_a_docx_and_text_files_are_read(room: Room, alice: User) -> None:
     cases = [
         ("plan.docx", samples.docx(["The plan", "Step two"]), DOCX, "The plan\nStep two"),
         ("notes.md", "# Title\r\n\r\nbody é".encode(), "text/markdown", "# Title\n\nbody é"),
+        ("template.md", b"<!-- keep -->\n# T\n", "text/markdown", "<!-- keep -->\n# T\n"),
         ("table.csv", b"\xef\xbb\xbfa,b\n1,2\n", "text/csv", "a,b\n1,2\n"),
         ("readme", b"plain words", "text/plain", "plain words"),
     ]

@@ -36,8 +36,12 @@ _TEXT_BY_EXTENSION = {"md": "text/markdown", "markdown": "text/markdown", "csv":
 EXTENSIONS = {"text/plain": "txt", "text/markdown": "md", "text/csv": "csv", DOCX: "docx"} | {
     t: ext for t, (_, ext) in _BINARY.items()
 }
-# Text a browser would treat as a page or a drawing that runs scripts: refused.
-_MARKUP = re.compile(rb"\A(?:\xef\xbb\xbf)?\s*<(?:!doctype\s+html|html|head|body|script|svg|\?xml|!--)", re.I)
+# Text a browser would treat as a page or a drawing that runs scripts: refused. Leading
+# comments are looked past (a Markdown file may start with one; an SVG may hide behind one).
+_MARKUP = re.compile(
+    rb"\A(?:\xef\xbb\xbf)?(?:\s*<!--.*?-->)*\s*<(?:!doctype\s+(?:html|svg)|html|head|body|script|svg|\?xml|iframe)",
+    re.I | re.S,
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,7 @@ def sniff(data: bytes, name: str) -> Sniffed:
             return Sniffed("document", DOCX, "docx")
         raise refused()
     if data and is_text(data):
-        if _MARKUP.match(data[:1024]):
+        if _MARKUP.match(data[:4096]):
             raise refused()
         ext = name.rsplit(".", 1)[-1].lower() if "." in name else ""
         content_type = _TEXT_BY_EXTENSION.get(ext, "text/plain")
