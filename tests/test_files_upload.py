@@ -543,3 +543,19 @@ def test_the_upload_rate_is_shared_through_redis(settings: Any, room: Room, alic
     limits(settings, UPLOAD_BURST=1, UPLOAD_REFILL_S=60.0)
     assert upload(client_of(alice), room, "a.txt", b"a").status_code == 201
     refused(upload(client_of(alice), room, "a.txt", b"a"), 429, "file.rate")
+
+
+def test_documents_wait_for_a_free_child_then_give_up(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, room: Room, alice: User
+) -> None:
+    import threading
+
+    busy = threading.BoundedSemaphore(1)
+    busy.acquire()  # every child taken
+    monkeypatch.setattr(extract, "CHILDREN", busy)
+    limits(settings, EXTRACT_BUDGET_S=0.05)
+    refused(upload(client_of(alice), room, "spec.pdf", samples.pdf(["x"])), 503, "server.unavailable")
+    assert upload(client_of(alice), room, "notes.txt", b"text needs no child").status_code == 201
+    busy.release()
+    limits(settings, EXTRACT_BUDGET_S=20.0)
+    assert upload(client_of(alice), room, "spec.pdf", samples.pdf(["x"])).status_code == 201

@@ -5,8 +5,9 @@ is read in a child process (`extract_worker`), which the server never shares mem
 with: it limits its own address space to COLLAB["EXTRACT_MEMORY_MB"] and is killed
 past COLLAB["EXTRACT_BUDGET_S"]; either ends in file.too_complex. A fresh process per
 document (about 0.1 s of start-up, plus the library's import) keeps a runaway one from
-taking anything else with it; the caller runs this on a thread of its own, never on
-the event loop. A DOCX is a zip: its declared uncompressed sizes are checked before any
+taking anything else with it; at most CHILDREN run at once per server process (the
+others wait, up to the budget, then 503 server.unavailable). The caller runs this on a
+thread of its own, never on the event loop. A DOCX is a zip: its declared uncompressed sizes are checked before any
 of it is inflated (a zip bomb is refused without opening it).
 
 The text is capped at COLLAB["MAX_EXTRACTED_CHARS"] and cut into parts of about
@@ -18,18 +19,24 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from collab.chat.errors import ClientError
 from collab.chat.files.errors import FileRefused, corrupt, too_complex
 from collab.chat.files.sniff import DOCX
 
 log = logging.getLogger(__name__)
+
+# Documents read at once by this process's children (the others wait, up to the budget).
+CHILDREN = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
 
 PAGE_SEPARATOR = "\n\n"
 # A DOCX inflates to at most this many times the largest upload, and at most this ratio
@@ -91,12 +98,17 @@ def _in_child(data: bytes, content_type: str) -> list[str]:
     memory = int(settings.COLLAB["EXTRACT_MEMORY_MB"])
     max_chars = int(settings.COLLAB["MAX_EXTRACTED_CHARS"])
     command = [sys.executable, "-m", "collab.chat.files.extract_worker", content_type, str(memory), str(max_chars)]
+    # At most CHILDREN at once per server process: each may take EXTRACT_MEMORY_MB and a core.
+    if not CHILDREN.acquire(timeout=budget):
+        raise ClientError("server.unavailable", "The server is reading too many documents just now; try again.")
     try:
         done = subprocess.run(
             command, input=data, capture_output=True, timeout=budget, cwd=settings.BASE_DIR, check=False
         )
     except subprocess.TimeoutExpired:  # run() killed it
         raise too_complex(f"reading it takes more than {budget:g} s") from None
+    finally:
+        CHILDREN.release()
     try:
         result = json.loads(done.stdout)
     except ValueError:
