@@ -135,6 +135,11 @@ def test_an_upload_is_a_private_object_served_to_members_by_a_presigned_url(
         urllib.request.urlopen(unsigned, timeout=10)
     assert refused.value.code == 403
 
+    thumb = client.get(body["thumb_url"])
+    assert thumb.status_code == 302
+    with urllib.request.urlopen(thumb["Location"], timeout=10) as served:
+        assert served.headers["Content-Type"] == "image/webp" and served.read(12)[8:12] == b"WEBP"
+
     stranger = client_of(User.objects.create_user("mallory"))
     for url in (body["url"], body["thumb_url"]):
         answer = stranger.get(url)
