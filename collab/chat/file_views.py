@@ -46,7 +46,7 @@ _SERVED_AS = {"text/plain": "text/plain; charset=utf-8", "text/markdown": "text/
 # Nothing in a served file may run, load or frame anything. A PDF is the exception to
 # `sandbox`: Chromium refuses to start its PDF viewer in a sandboxed document.
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; sandbox"
-_CSP_PDF = "default-src 'none'; style-src 'unsafe-inline'; object-src 'self'; plugin-types application/pdf"
+_CSP_PDF = "default-src 'none'; style-src 'unsafe-inline'; object-src 'self'"  # the viewer is an <embed>
 
 
 def _error(code: str, message: str, status: int, retry_after: float | None = None) -> JsonResponse:
