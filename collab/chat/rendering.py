@@ -29,6 +29,7 @@ from django.template.loader import get_template
 from collab.chat import frames
 from collab.chat.events import RoomFrame
 from collab.chat.models import Message, Room, room_order
+from collab.chat.services import attachments
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,9 @@ def article(
             "state": state,
             "cut": cut,
             "excerpt": _excerpt(message.text) if cut and not compact else "",
+            # A person's message's files (services/attachments.py: loaded with its list, or
+            # left by its post; never a query on the event loop); a compact article: none.
+            "files": [] if compact else attachments.of(message),
         }
     )
 

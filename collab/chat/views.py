@@ -31,7 +31,7 @@ from collab.chat import broadcast, history_views, markup, rendering, shared
 from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
-from collab.chat.services import availability, budgets, moderation, panels, providers, snapshot, unread
+from collab.chat.services import attachments, availability, budgets, moderation, panels, providers, snapshot, unread
 from collab.chat.services import rooms as room_actions
 from collab.llm.local import MODEL_LABEL
 
@@ -157,9 +157,8 @@ def message_full(request: HttpRequest, slug: str, message_id: int) -> HttpRespon
     """One message's article whole, for its "show all" button (a snapshot, a page of
     history or a `final` frame showed it cut). Members of its room (and staff) only."""
     the_room, _ = access.viewer(request, slug)
-    mine = Message.objects.visible_to(access.user(request).pk).select_related(
-        "recipient"
-    )  # not others' personal replies
+    mine = Message.objects.visible_to(access.user(request).pk)  # not others' personal replies
+    mine = attachments.with_files(mine.select_related("recipient"))
     message = mine.filter(room_id=the_room.pk, pk=message_id).first()
     if message is None:
         raise Http404("No such message in this room.")
