@@ -1,7 +1,6 @@
 """Files on messages (docs/wire.md, "post" and "Files"; docs/architecture/files.md):
-the `files` of a post, checked and attached in the transaction that stores it; a
-message's files as its article shows them, loaded with the list that renders it; and
-their removal with a member's deletion of the message.
+the `files` of a post, checked and attached in the transaction that stores it; their
+removal with a member's deletion of the message; which files a member may fetch.
 
 An upload is an `Attachment` with no message (the upload view stores it). A post names
 uploads by id: each must be the poster's, in this room, and not posted yet; anything else
@@ -10,30 +9,20 @@ so an id reveals nothing. Two posts racing for one upload: its row is locked as 
 read (`select_for_update`, PostgreSQL) and taken by an UPDATE that holds only while it has
 no message (`message IS NULL`): the second post finds it taken and is refused whole.
 
-A message's files are only ever a person's message's (an assistant's reply has none):
-rendering asks `of(message)`, which reads what the list's query prefetched (`PREFETCH`)
-or what the post left on the message (`remember`), so a render on the event loop never
-queries, and a list renders without one query per message.
+How an article finds a message's files without a query: chat/attached.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from django.conf import settings
-from django.db.models import Case, IntegerField, Prefetch, Q, QuerySet, Value, When
+from django.db.models import Case, IntegerField, Q, QuerySet, Value, When
 
+from collab.chat import attached
 from collab.chat.errors import ClientError
 from collab.chat.file_models import Attachment
 from collab.chat.models import Message
-
-Rows = TypeVar("Rows", bound=QuerySet[Message])
-CACHE = "attachments"  # Message.attachments' related name: Django's prefetch cache key
-
-# What an article shows of a file: never its extracted text (up to MAX_EXTRACTED_CHARS).
-SHOWN = Attachment.objects.select_related("room").defer("text", "page_starts").order_by("position", "id")
-PREFETCH = Prefetch(CACHE, queryset=SHOWN)
 
 
 def not_found() -> ClientError:
@@ -83,7 +72,7 @@ def attach(message: Message, files: Sequence[Attachment]) -> list[Attachment]:
     a ClientError if another post took one meanwhile (never on PostgreSQL, where `claim`
     locked them; the condition keeps it true on any database)."""
     if not files:
-        remember(message, [])
+        attached.remember(message, [])
         return []
     position = Case(*(When(pk=a.pk, then=Value(i)) for i, a in enumerate(files)), output_field=IntegerField())
     taken = Attachment.objects.filter(pk__in=[a.pk for a in files], message__isnull=True)
@@ -92,44 +81,15 @@ def attach(message: Message, files: Sequence[Attachment]) -> list[Attachment]:
     for i, a in enumerate(files):
         a.message, a.position = message, i
         a.room = message.room  # for its URLs: the post's room, already read
-    remember(message, files)
+    attached.remember(message, files)
     return list(files)
-
-
-def remember(message: Message, files: Iterable[Attachment]) -> None:
-    """Leave `files` on `message` as its prefetched attachments: rendering it needs no
-    query (the post path renders its "new" frame on the event loop)."""
-    rows = message.attachments.all()  # lazy: no query
-    rows._result_cache = list(files)  # type: ignore[attr-defined]
-    rows._prefetch_done = True  # type: ignore[attr-defined]
-    cache = getattr(message, "_prefetched_objects_cache", None)
-    if cache is None:
-        message._prefetched_objects_cache = cache = {}  # type: ignore[attr-defined]
-    cache[CACHE] = rows
-
-
-def of(message: Message) -> list[Attachment]:
-    """The files an article shows: none for a reply or a deleted message; else those its
-    list prefetched (PREFETCH) or its post left (remember). A person's message loaded
-    without them is read here (one query: a page of one, on the database thread)."""
-    if message.role != Message.Role.USER or message.deleted_at is not None or message.pk is None:
-        return []
-    cached = getattr(message, "_prefetched_objects_cache", {}).get(CACHE)
-    if cached is not None:
-        return list(cached)
-    return list(SHOWN.filter(message=message))
-
-
-def with_files(rows: Rows) -> Rows:
-    """`rows` with their files loaded in one more query for the whole list."""
-    return rows.prefetch_related(PREFETCH)
 
 
 def drop(message: Message) -> int:
     """Delete a message's files (a member deleting it), in the caller's transaction; their
     bytes follow on commit (file_models: the post_delete receiver)."""
     count, _ = Attachment.objects.filter(message=message).delete()
-    remember(message, [])
+    attached.remember(message, [])
     return count
 
 

@@ -30,10 +30,11 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from collab.chat import attached
 from collab.chat.errors import ClientError
 from collab.chat.file_models import Attachment, AttachmentPart
 from collab.chat.models import Message, Room, room_order
-from collab.chat.services import attachments, transcripts
+from collab.chat.services import transcripts
 
 MAX_QUERY_CHARS = 200
 MAX_TERMS = 12
@@ -82,7 +83,7 @@ def _named(terms: list[str]) -> Exists:
 def search(room: Room, user_id: int, q: str) -> QuerySet[Message]:
     """The matches, newest first, their files loaded (services/attachments.py); on
     PostgreSQL each carries `headline` (ts_headline)."""
-    found = attachments.with_files(searchable(room, user_id))
+    found = attached.with_files(searchable(room, user_id))
     terms = _terms(q)
     if connection.vendor == "postgresql":
         from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchVector
@@ -154,7 +155,7 @@ def excerpt(message: Message, q: str) -> SafeString:
         return _marked(headline)
     if _holds(message.text, terms) or not terms:
         return _marked(headline) if headline else _excerpt_of(message.text, terms)
-    for f in attachments.of(message):
+    for f in attached.of(message):
         part = None
         for term in terms:  # one query per word at most, for a result found by a file's text
             part = AttachmentPart.objects.filter(attachment=f, text__icontains=term).order_by("n").first()
@@ -170,7 +171,7 @@ def around(room: Room, user_id: int, seq: int) -> tuple[list[Message], bool, boo
     """The messages a member sees around `seq` (oldest first), and whether there are
     older and newer ones beyond them (of a reply's versions, the one shown, in its slot's place)."""
     seen = Message.objects.visible_to(user_id).filter(room=room, version_hidden=False, thread__isnull=True)
-    seen = attachments.with_files(seen.select_related("reply_to", "recipient"))
+    seen = attached.with_files(seen.select_related("reply_to", "recipient"))
     before = list(seen.filter(seq__lte=seq).order_by("-seq")[: CONTEXT_AROUND + 2])
     after = list(seen.filter(seq__gt=seq).order_by("seq")[: CONTEXT_AROUND + 1])
     shown = before[: CONTEXT_AROUND + 1][::-1] + after[:CONTEXT_AROUND]
