@@ -11,6 +11,7 @@ import io
 import json
 import re
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.files.base import ContentFile
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from PIL import Image
@@ -35,7 +36,8 @@ from tests.conftest import World, member
 from tests.test_history import exported
 from tests.test_pins import refused
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("layer", "replies_idle")]
+pytestmark = pytest.mark.django_db(transaction=True)
+sockets = pytest.mark.usefixtures("layer", "replies_idle")  # over each channel layer
 
 THUMB = re.compile(r'<a class="file-thumb" href="([^"]+)"[^>]*data-file="(\d+)"[^>]*><img src="([^"]+)"([^>]*)>')
 CARD = re.compile(r'<a class="file-card" href="([^"]+)"[^>]*data-file="(\d+)">(.*?)</a>', re.S)
@@ -96,6 +98,7 @@ def posted_files(message_id: int) -> list[tuple[int, str, int]]:
     )
 
 
+@sockets
 async def test_a_post_with_files_reaches_every_member_and_the_snapshot(world: World) -> None:
     shot = await aupload(world.room, world.alice, "shot.png")
     spec = await aupload(world.room, world.alice, "spec <v2>.pdf", text="the spec says 42")
@@ -123,6 +126,7 @@ async def test_a_post_with_files_reaches_every_member_and_the_snapshot(world: Wo
         assert len(THUMB.findall(again.raw[0])) == 1 and len(CARD.findall(again.raw[0])) == 1
 
 
+@sockets
 async def test_files_alone_are_a_post_and_nothing_at_all_is_not(world: World) -> None:
     shot = await aupload(world.room, world.alice)
     async with member(world.alice) as alice:
@@ -134,6 +138,7 @@ async def test_files_alone_are_a_post_and_nothing_at_all_is_not(world: World) ->
     assert question.text == "" and await database_sync_to_async(posted_files)(question.pk) == [(shot.pk, "shot.png", 0)]
 
 
+@pytest.mark.usefixtures("memory_layer", "replies_idle")  # the checks come before any layer
 @pytest.mark.parametrize(
     ("case", "code"),
     [
@@ -221,14 +226,57 @@ def test_the_update_takes_only_an_upload_still_free(world: World) -> None:
     """The guard under the lock: a file another post took between claim and attach (a
     database without row locks) refuses the post."""
     shot = upload(world.room, world.alice)
-    (claimed,) = attachments.claim(world.room.id, world.alice.id, [shot.pk])
-    other, _, _ = posting.store_post(world.alice.id, world.room.id, "first", None, files=[shot.pk])
-    late = Message.objects.create(room=world.room, seq=99, role="user", author_name="alice", text="late")
-    with pytest.raises(ClientError) as refused_:
-        attachments.attach(late, [claimed])
+    with transaction.atomic():
+        (claimed,) = attachments.claim(world.room.id, world.alice.id, [shot.pk])
+        other, _, _ = posting.store_post(world.alice.id, world.room.id, "first", None, files=[shot.pk])
+        late = Message.objects.create(room=world.room, seq=99, role="user", author_name="alice", text="late")
+        with pytest.raises(ClientError) as refused_:
+            attachments.attach(late, [claimed])
     assert refused_.value.code == "file.not_found" and posted_files(other.message.pk) == [(shot.pk, "shot.png", 0)]
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks are PostgreSQL's")
+def test_a_claimed_upload_is_locked_until_its_post_commits(world: World) -> None:
+    """A post that reads an upload another post has claimed waits for that post's commit,
+    then finds it taken: the first claimer wins, whoever writes first."""
+    shot = upload(world.room, world.alice)
+    claimed, outcome = threading.Event(), []
+
+    def second() -> None:
+        claimed.wait(10)
+        try:
+            posting.store_post(world.alice.id, world.room.id, "second", None, files=[shot.pk])
+            outcome.append("attached")
+        except ClientError as exc:
+            outcome.append(exc.code)
+        finally:
+            connection.close()
+
+    racer = threading.Thread(target=second)
+    racer.start()
+    with transaction.atomic():
+        (file,) = attachments.claim(world.room.id, world.alice.id, [shot.pk])
+        claimed.set()
+        # The second post waits on the row's lock: an event, polled (the activity view is
+        # cached for a transaction: cleared each time).
+        with connection.cursor() as cursor:
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            deadline = time.monotonic() + 20
+            while True:
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
+                cursor.execute(waiting)
+                if cursor.fetchone()[0]:
+                    break
+                assert time.monotonic() < deadline, "the second post never waited for the lock"
+        first = Message.objects.create(room=world.room, seq=77, role="user", author_name="alice", text="first")
+        attachments.attach(first, [file])
+    racer.join(30)
+    assert outcome == ["file.not_found"] and posted_files(first.pk) == [(shot.pk, "shot.png", 0)]
+
+
+@sockets
 async def test_a_thread_post_carries_files(world: World) -> None:
     doc = await aupload(world.room, world.bob, "notes.txt", text="thread notes")
     top = await database_sync_to_async(posting.store_post)(world.alice.id, world.room.id, "top", None)
@@ -245,6 +293,7 @@ async def test_a_thread_post_carries_files(world: World) -> None:
     assert panel.status_code == 200 and len(CARD.findall(panel.content.decode())) == 1
 
 
+@sockets
 async def test_deleting_a_message_deletes_its_files_and_their_bytes_editing_keeps_them(world: World) -> None:
     shot = await aupload(world.room, world.alice)
     doc = await aupload(world.room, world.alice, "a.txt", text="words")
