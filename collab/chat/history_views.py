@@ -80,7 +80,8 @@ def export(request: HttpRequest, slug: str, fmt: str) -> HttpResponse | Streamin
         return found
     the_room, membership = found
     now = timezone.now()
-    job = history.Export(the_room, membership.user_id, request.user.get_username(), now)
+    base = request.build_absolute_uri("/").rstrip("/")  # the files' links (history.file_record)
+    job = history.Export(the_room, membership.user_id, request.user.get_username(), now, base)
     kind = "application/json" if fmt == "json" else "text/markdown"
     response = StreamingHttpResponse(history.stream(job, fmt), content_type=f"{kind}; charset=utf-8")
     name = f"{the_room.slug}-{now:%Y%m%d-%H%M%S}.{fmt}"

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.template.base import TextNode, Variable, VariableNode
 from django.template.loader import get_template
 
-from collab.chat import frames
+from collab.chat import attached, frames
 from collab.chat.events import RoomFrame
 from collab.chat.models import Message, Room, room_order
 
@@ -158,6 +158,9 @@ def article(
             "state": state,
             "cut": cut,
             "excerpt": _excerpt(message.text) if cut and not compact else "",
+            # A person's message's files (chat/attached.py: loaded with its list, or left by
+            # its post; never a query on the event loop); a compact article: none.
+            "files": [] if compact else attached.of(message),
         }
     )
 

@@ -27,7 +27,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from collab.chat import broadcast, history_views, markup, rendering, shared
+from collab.chat import attached, broadcast, history_views, markup, rendering, shared
 from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
@@ -157,9 +157,8 @@ def message_full(request: HttpRequest, slug: str, message_id: int) -> HttpRespon
     """One message's article whole, for its "show all" button (a snapshot, a page of
     history or a `final` frame showed it cut). Members of its room (and staff) only."""
     the_room, _ = access.viewer(request, slug)
-    mine = Message.objects.visible_to(access.user(request).pk).select_related(
-        "recipient"
-    )  # not others' personal replies
+    mine = Message.objects.visible_to(access.user(request).pk)  # not others' personal replies
+    mine = attached.with_files(mine.select_related("recipient"))
     message = mine.filter(room_id=the_room.pk, pk=message_id).first()
     if message is None:
         raise Http404("No such message in this room.")

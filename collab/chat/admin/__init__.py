@@ -9,10 +9,11 @@
 - defaults.py: the room defaults (the monthly budget of rooms without one), audited;
 - audit.py: the audit log, read-only;
 - votes.py: votes on replies, read-only, filterable by room;
+- files.py: members' files, read-only, deletable (audited), and inline on their message;
 - live.py: the live page (sockets, who is online, replies streaming now, on every process);
 - usage.py: tokens and cost per day, as a chart, a table and CSV.
 """
 
-from collab.chat.admin import audit, defaults, mcp, providers, rooms, tools, votes
+from collab.chat.admin import audit, defaults, files, mcp, providers, rooms, tools, votes
 
-__all__ = ["audit", "defaults", "mcp", "providers", "rooms", "tools", "votes"]
+__all__ = ["audit", "defaults", "files", "mcp", "providers", "rooms", "tools", "votes"]

@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from collab.chat import shared
 from collab.chat.admin import live, usage
+from collab.chat.admin.files import AttachmentInline
 from collab.chat.admin.members import MembershipInline
 from collab.chat.admin.providers import staff_actor
 from collab.chat.errors import ClientError
@@ -332,6 +333,7 @@ class MessageAdmin(admin.ModelAdmin):
     list_filter = ["role", "status"]
     search_fields = ["text", "author_name"]
     raw_id_fields = ["author", "reply_to"]
+    inlines = [AttachmentInline]  # its files, read-only (admin/files.py); deleting it deletes them
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

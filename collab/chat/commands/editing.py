@@ -6,7 +6,9 @@ room. An edit replaces the text and its HTML and sets `edited_at`; a delete empt
 and sets `deleted_at` (a tombstone: the article stays, in its place, saying so). Replies
 already made stay; they are marked as answering an edited message (rendering.py). The
 next replies' context reads the stored text, so it holds the edit and skips the
-tombstone (context.py skips empty texts).
+tombstone (context.py skips empty texts). An edit keeps the message's files; a delete
+deletes them with it, in its transaction (services/attachments.py: their bytes follow
+once it commits).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collab.chat.events import RoomFrame
 from collab.chat.markup import arender_user_markdown
 from collab.chat.models import Message
 from collab.chat.replies.posting import check_text
+from collab.chat.services import attachments
 from collab.chat.services.rooms import take_post_token
 
 MAX_REPLIES_SENT = 50  # an edit frame re-sends at most this many replies (the rest: marked in later snapshots)
@@ -55,6 +58,7 @@ def _store_delete(access: Access) -> Message:
         message = _own_message(access)
         message.text, message.html, message.deleted_at = "", "", timezone.now()
         message.save(update_fields=["text", "html", "deleted_at"])
+        attachments.drop(message)
         return message
 
 

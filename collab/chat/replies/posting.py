@@ -20,12 +20,13 @@ from django.utils import timezone
 from collab.chat import metrics
 from collab.chat.context import row_of
 from collab.chat.errors import ClientError
+from collab.chat.file_models import Attachment
 from collab.chat.markup import arender_user_markdown, render_user_markdown
 from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.prepared import Prepared
 from collab.chat.replies import agents, each, early
 from collab.chat.replies.jobs import ReplyJob, read_history, reply_jobs, start_and_announce
-from collab.chat.services import availability, budgets, rooms, threads, unread
+from collab.chat.services import attachments, availability, budgets, rooms, threads, unread
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,20 @@ class PostResult:
     unsent_frame: str | None = None
     # A post in a thread: the message it hangs on, its count as this post left it.
     parent: Message | None = None
+    # The files it carries (services/attachments.py), in their order: also left on the
+    # message (its prefetched `attachments`), so its article renders with no query.
+    files: list[Attachment] = field(default_factory=list)
 
 
-def check_text(text: object) -> str:
-    """A message's text as it is stored (stripped), or the ClientError that says why not."""
+def check_text(text: object, *, empty: bool = False) -> str:
+    """A message's text as it is stored (stripped), or the ClientError that says why not.
+    `empty`: "" (or no text at all) is allowed, for a post that may carry files alone."""
+    if text is None and empty:
+        return ""
     if not isinstance(text, str):
         raise ClientError("message.invalid", "A message needs a text field.")
     text = text.strip()
-    if not text:
+    if not text and not empty:
         raise ClientError("message.empty", "An empty message was not sent.")
     if _UNSTORABLE.search(text):
         raise ClientError("message.invalid_text", "That message holds a NUL or a broken character; nothing was sent.")
@@ -63,6 +70,12 @@ def check_text(text: object) -> str:
     if len(text) > limit:
         raise ClientError("message.too_long", f"A message is at most {limit:,} characters; this one has {len(text):,}.")
     return text
+
+
+def check_post_text(text: object) -> str:
+    """A post's text: as check_text's, "" allowed (the post command refuses a post with
+    neither text nor files: message.empty)."""
+    return check_text(text, empty=True)
 
 
 def check_client_id(client_id: object) -> uuid.UUID | None:
@@ -172,11 +185,13 @@ def store_post(
     html: str | None = None,
     member: Callable[[], Membership] | None = None,
     thread: int | None = None,
+    files: Sequence[int] = (),
 ) -> tuple[PostResult, list[Message], list[ReplyJob]]:
     """Store a post and its replies' placeholders, and build their jobs. `member`: the
     poster's membership as the caller checked it (the post command's Access); without
     it, it is read here (one compiled query). `thread`: the message it replies to in a
-    thread (services/threads.py)."""
+    thread (services/threads.py). `files`: upload ids (attachments.check_files), attached
+    in the same transaction, or the whole post refused (file.not_found, file.too_large)."""
     since = early.epoch(room_id)  # what this process knows of the room, as of now (replies/early.py)
     try:
         with transaction.atomic():
@@ -187,6 +202,7 @@ def store_post(
             room = membership.room
             rooms.check_open(room)
             parent = threads.parent_for_post(membership, thread) if thread is not None else None
+            claimed = attachments.claim(room_id, user_id, files)  # locked until the commit
             asked = _invoked(room, text)
             assistants, unknown, in_room = asked.assistants, asked.unknown, asked.in_room
             review = agents.review_of(text, assistants)  # `@critic review @planner`: the critic alone
@@ -215,6 +231,7 @@ def store_post(
                 html=render_user_markdown(text) if html is None else html,
                 thread=parent,
             )
+            attached = attachments.attach(message, claimed)
             placeholders = each.create(room, message, assistants, personal, seq + 1)
             if parent is not None:  # its "N replies · last HH:MM", in the same transaction
                 parent = threads.recount(parent.pk)
@@ -247,7 +264,7 @@ def store_post(
         log.exception("post %s stored, but its replies' context could not be read", message.id)
         jobs = []
         _fail(placeholders, "Could not read this conversation for the reply; ask again.")
-    result = PostResult(message, created=True, unknown_mentions=unknown, refused=refused, parent=parent)
+    result = PostResult(message, True, unknown, refused=refused, parent=parent, files=attached)
     result.unavailable = asked.unavailable
     return result, placeholders, jobs
 
@@ -301,18 +318,23 @@ async def post_message(
     author_name: str = "",
     member: Callable[[], Membership] | None = None,
     thread: int | None = None,
+    files: Sequence[int] = (),
 ) -> PostResult:
     """Post a checked text (check_text, check_client_id): store it, then start the
     replies it asks for. `author_name`: the poster's, from their socket; with it, the
     post's model requests may be sent before it is stored (replies/early.py). `member`:
     as store_post's, run on the database thread before the post is stored. `thread`: the
-    message it replies to in a thread (never guessed early: its history is the thread's)."""
-    guesses = _guess(room_id, author_name, text) if author_name and thread is None else []
+    message it replies to in a thread (never guessed early: its history is the thread's).
+    `files`: checked upload ids, attached as it is stored (never guessed early either: a
+    guess knows the text alone)."""
+    guesses = _guess(room_id, author_name, text) if author_name and thread is None and not files else []
     try:
         # Markdown and Pygments are CPU work: off the event loop, and off the one database
         # thread that every post and reply end queue on.
         html = await arender_user_markdown(text)
-        stored = await database_sync_to_async(store_post)(user_id, room_id, text, client_id, html, member, thread)
+        stored = await database_sync_to_async(store_post)(
+            user_id, room_id, text, client_id, html, member, thread, files
+        )
     except BaseException:  # not stored (refused, the database away, cancelled): no request goes on
         early.adopt(guesses, [])
         raise

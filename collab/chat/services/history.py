@@ -4,10 +4,14 @@ the shared messages and that member's own personal replies, never anyone else's.
 
 Search is PostgreSQL full-text search (websearch syntax, ranked by the database, shown
 newest first, with highlighted excerpts from ts_headline) on PostgreSQL, and a
-case-insensitive match of every word on SQLite. Deleted messages are never found.
+case-insensitive match of every word on SQLite. Deleted messages are never found. A
+message is also found by its files (services/attachments.py): a file's name holding every
+word, or its extracted text matching (PostgreSQL: any of its parts, AttachmentPart;
+SQLite: every word in its text); the excerpt is then the file's.
 
 The export is the admin's transcript format (actions.transcripts: `record_of`,
-`markdown_message`), one member's view of one room, streamed row by row.
+`markdown_message`), one member's view of one room, streamed row by row; a message's
+files as links to the file view (absolute URLs), and in JSON as a `files` list.
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 from asgiref.sync import sync_to_async
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from collab.chat import attached
 from collab.chat.errors import ClientError
+from collab.chat.file_models import Attachment, AttachmentPart
 from collab.chat.models import Message, Room, room_order
 from collab.chat.services import transcripts
 
@@ -58,22 +66,35 @@ def _terms(q: str) -> list[str]:
 
 
 def searchable(room: Room, user_id: int) -> QuerySet[Message]:
-    """What a member's search may find: visible to them, not deleted, with text; of a
-    reply's versions, the one the room shows (its page holds no other)."""
+    """What a member's search may find: visible to them, not deleted, with text or files;
+    of a reply's versions, the one the room shows (its page holds no other)."""
     seen = Message.objects.visible_to(user_id).filter(room=room, deleted_at__isnull=True, version_hidden=False)
-    return seen.exclude(text="")
+    return seen.filter(~Q(text="") | Exists(Attachment.objects.filter(message=OuterRef("pk"))))
+
+
+def _named(terms: list[str]) -> Exists:
+    """A message with a file whose name holds every term."""
+    files = Attachment.objects.filter(message=OuterRef("pk"))
+    for term in terms:
+        files = files.filter(name__icontains=term)
+    return Exists(files)
 
 
 def search(room: Room, user_id: int, q: str) -> QuerySet[Message]:
-    """The matches, newest first; on PostgreSQL each carries `headline` (ts_headline)."""
-    found = searchable(room, user_id)
+    """The matches, newest first, their files loaded (services/attachments.py); on
+    PostgreSQL each carries `headline` (ts_headline)."""
+    found = attached.with_files(searchable(room, user_id))
+    terms = _terms(q)
     if connection.vendor == "postgresql":
         from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchVector
 
         query = SearchQuery(q, search_type="websearch", config="english")
+        parts = AttachmentPart.objects.filter(attachment__message=OuterRef("pk"))
+        in_files = Exists(parts.alias(v=SearchVector("text", config="english")).filter(v=query))
+        by_file = in_files | _named(terms) if terms else in_files
         return (
             found.alias(match=SearchVector("text", config="english"))
-            .filter(match=query)
+            .filter(Q(match=query) | by_file)
             .annotate(
                 headline=SearchHeadline(
                     "text",
@@ -89,13 +110,13 @@ def search(room: Room, user_id: int, q: str) -> QuerySet[Message]:
             )
             .order_by("-seq")
         )
-    terms = _terms(q)
     if not terms:
         return found.none()
-    match = Q()
+    match, in_text = Q(), Attachment.objects.filter(message=OuterRef("pk"))
     for term in terms:
         match &= Q(text__icontains=term)
-    return found.filter(match).order_by("-seq")
+        in_text = in_text.filter(text__icontains=term)
+    return found.filter(match | _named(terms) | Exists(in_text)).order_by("-seq")
 
 
 def _marked(text: str) -> SafeString:
@@ -120,18 +141,37 @@ def _excerpt_of(text: str, terms: Iterable[str]) -> SafeString:
     return mark_safe(lead + "".join(parts) + tail)  # every piece escaped
 
 
+def _holds(text: str, terms: Iterable[str]) -> bool:
+    low = text.lower()
+    return any(t.lower() in low for t in terms if t)
+
+
 def excerpt(message: Message, q: str) -> SafeString:
+    """Where the message matched: its text (ts_headline's, or around the first word), else
+    the file that matched: its name, and the first part of its text holding a word."""
     headline = getattr(message, "headline", None)
-    if headline:
+    terms = _terms(q)
+    if headline and _START in headline:
         return _marked(headline)
-    return _excerpt_of(message.text, _terms(q))
+    if _holds(message.text, terms) or not terms:
+        return _marked(headline) if headline else _excerpt_of(message.text, terms)
+    for f in attached.of(message):
+        part = None
+        for term in terms:  # one query per word at most, for a result found by a file's text
+            part = AttachmentPart.objects.filter(attachment=f, text__icontains=term).order_by("n").first()
+            if part is not None:
+                break
+        if part is not None or _holds(f.name, terms):
+            shown = _excerpt_of(part.text, terms) if part is not None else ""
+            return mark_safe(f"{_excerpt_of(f.name, terms)}{': ' if shown else ''}{shown}")  # each escaped
+    return _marked(headline) if headline else _excerpt_of(message.text, terms)
 
 
 def around(room: Room, user_id: int, seq: int) -> tuple[list[Message], bool, bool]:
     """The messages a member sees around `seq` (oldest first), and whether there are
     older and newer ones beyond them (of a reply's versions, the one shown, in its slot's place)."""
     seen = Message.objects.visible_to(user_id).filter(room=room, version_hidden=False, thread__isnull=True)
-    seen = seen.select_related("reply_to", "recipient")
+    seen = attached.with_files(seen.select_related("reply_to", "recipient"))
     before = list(seen.filter(seq__lte=seq).order_by("-seq")[: CONTEXT_AROUND + 2])
     after = list(seen.filter(seq__gt=seq).order_by("seq")[: CONTEXT_AROUND + 1])
     shown = before[: CONTEXT_AROUND + 1][::-1] + after[:CONTEXT_AROUND]
@@ -151,20 +191,61 @@ class Export:
     user_id: int
     by: str
     at: datetime
+    base: str = ""  # the site's address ("https://chat.example.org"): the files' links are absolute
 
     def rows(self) -> QuerySet[Message, dict[str, object]]:
         seen = Message.objects.visible_to(self.user_id).filter(room=self.room)
         return seen.order_by("seq").values(*FIELDS)
 
 
-def record(row: dict[str, object]) -> dict[str, object]:
+def record(row: dict[str, object], files: list[dict[str, object]] | None = None) -> dict[str, object]:
     """One message as the admin's transcript has it (a personal reply's `recipient`
     included), plus what a member's export adds: when it was edited or deleted (a
-    tombstone: no text)."""
+    tombstone: no text), and its files (`file_record`)."""
     out = transcripts.record_of(row)
     out["edited"] = transcripts._iso(row["edited_at"])  # type: ignore[arg-type]
     out["deleted"] = transcripts._iso(row["deleted_at"])  # type: ignore[arg-type]
+    out["files"] = files or []
     return out
+
+
+def file_record(f: Attachment, slug: str, base: str) -> dict[str, object]:
+    url = base + reverse("file", args=[slug, f.pk, f.name])
+    return {"id": f.pk, "name": f.name, "kind": f.kind, "content_type": f.content_type, "size": f.size, "url": url}
+
+
+async def _files_of(export: Export, ids: list[int]) -> dict[int, list[dict[str, object]]]:
+    """The files of a batch of messages (one query), by message id, in their order."""
+    rows = Attachment.objects.filter(message_id__in=ids).defer("text", "page_starts").order_by("position", "id")
+    out: dict[int, list[dict[str, object]]] = {}
+    async for f in rows:
+        assert f.message_id is not None
+        out.setdefault(f.message_id, []).append(file_record(f, export.room.slug, export.base))
+    return out
+
+
+async def _records(export: Export) -> AsyncIterator[dict[str, object]]:
+    """The export's records, a batch of rows and their files at a time."""
+    batch: list[dict[str, object]] = []
+
+    async def flush() -> AsyncIterator[dict[str, object]]:
+        files = await _files_of(export, [int(r["id"]) for r in batch])  # type: ignore[call-overload]
+        for row in batch:
+            yield record(row, files.get(int(row["id"])))  # type: ignore[call-overload]
+        batch.clear()
+
+    async for row in export.rows().aiterator(chunk_size=500):
+        batch.append(row)
+        if len(batch) >= 500:
+            async for rec in flush():
+                yield rec
+    async for rec in flush():
+        yield rec
+
+
+def _file_line(f: dict[str, object]) -> str:
+    name = str(f["name"]).replace("[", "\\[").replace("]", "\\]")
+    return f"- [{name}]({f['url']}) · {f['content_type']} · {f['size']} bytes"
 
 
 def markdown(rec: dict[str, object]) -> str:
@@ -173,7 +254,12 @@ def markdown(rec: dict[str, object]) -> str:
         if rec["recipient"]:
             head += f" · for {rec['recipient']} only"
         return f"{head}\n\n_(deleted {rec['deleted']})_\n\n"
+    files = cast(list[dict[str, object]], rec.get("files") or [])
+    if files and not rec["text"]:  # a post of files alone: they are its body
+        rec = {**rec, "text": "Files:"}
     text = transcripts.markdown_message(rec)  # its heading says "for NAME only" for a personal reply
+    if files:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(_file_line(f) for f in files)
     note = f"\n\n_(edited {rec['edited']})_" if rec["edited"] else ""
     return text.rstrip("\n") + note + "\n\n"
 
@@ -181,18 +267,19 @@ def markdown(rec: dict[str, object]) -> str:
 async def stream(export: Export, fmt: str) -> AsyncIterator[bytes]:
     """The transcript, a few hundred rows at a time (never the whole room in memory)."""
     rows = export.rows()
+    records = _records(export)
     if fmt == "json":
         head = {"room": export.room.slug, "name": export.room.name, "exported": transcripts._iso(export.at)}
         head["by"] = export.by
         yield (json.dumps(head, ensure_ascii=False)[:-1] + ', "messages": [\n').encode()
         first = True
-        async for row in rows.aiterator(chunk_size=500):
-            line = json.dumps(record(row), ensure_ascii=False)
+        async for rec in records:
+            line = json.dumps(rec, ensure_ascii=False)
             yield (("" if first else ",\n") + line).encode()
             first = False
         yield b"\n]}\n"
         return
     count = await sync_to_async(rows.count)()
     yield transcripts.markdown_head(export.room, count, export.at, export.by).encode()
-    async for row in rows.aiterator(chunk_size=500):
-        yield markdown(record(row)).encode()
+    async for rec in records:
+        yield markdown(rec).encode()

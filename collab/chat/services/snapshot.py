@@ -8,7 +8,7 @@ import math
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from collab.chat import rendering, shared
+from collab.chat import attached, rendering, shared
 from collab.chat.models import Message, Room
 from collab.chat.services import panels, threads
 from collab.chat.services.rooms import members_of
@@ -22,7 +22,7 @@ def _recent(room_id: int, before_seq: int | None = None, user_id: int | None = N
     # of a reply's versions, the one shown (docs/architecture.md#a-versions).
     # Not the messages of threads (services/threads.py): they show in their thread's panel.
     qs = Message.objects.filter(room_id=room_id, version_hidden=False, thread__isnull=True)
-    qs = qs.visible_to(user_id).select_related("recipient")
+    qs = attached.with_files(qs.visible_to(user_id).select_related("recipient"))  # their files: one query
     if before_seq is not None:
         qs = qs.filter(seq__lt=before_seq)
     page = list(qs.order_by("-seq")[: limit + 1])

@@ -19,7 +19,7 @@ from channels.db import database_sync_to_async
 from django.db.models import Count, Max, Q
 from django.template.loader import get_template
 
-from collab.chat import rendering, shared
+from collab.chat import attached, rendering, shared
 from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES, HistoryRow
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room, room_order
@@ -119,7 +119,7 @@ def thread_messages(parent: Message, user_id: int) -> tuple[list[Message], int]:
     """The thread's newest messages a member sees (their own personal replies included), in
     order, and how many earlier ones are left out."""
     seen = Message.objects.filter(thread_id=parent.pk, room_id=parent.room_id, version_hidden=False).visible_to(user_id)
-    rows = list(seen.select_related("recipient", "reply_to").order_by("-seq")[:THREAD_PAGE])
+    rows = list(attached.with_files(seen.select_related("recipient", "reply_to")).order_by("-seq")[:THREAD_PAGE])
     earlier = seen.count() - len(rows) if len(rows) == THREAD_PAGE else 0
     return sorted(rows, key=room_order), earlier
 
