@@ -168,7 +168,7 @@ def test_the_embedded_model_and_older_images_get_notes(world: World) -> None:
     for i in range(IMAGE_PARTS + 1):  # one image more than are sent as parts
         question = posted(room, world.alice, f"shot {i}", [image(f"s{i}.png", png(10 + i, 10))])
     rows = read_history(room, question)
-    files = read_files(rows, 12_000)
+    files = read_files(rows, [12_000])
     sees = build_context(world.assistants["a"], room, rows, 12_000, "", files)
     parts = [p for m in sees for p in (m["content"] if isinstance(m["content"], list) else [])]
     assert sum(1 for p in parts if p["type"] == "image_url") == IMAGE_PARTS
@@ -179,6 +179,29 @@ def test_the_embedded_model_and_older_images_get_notes(world: World) -> None:
     told = build_context(local, room, rows, 12_000, "", files)
     assert all(isinstance(m["content"], str) for m in told)
     assert str(told).count("you cannot see images]") == IMAGE_PARTS + 1
+
+
+def test_each_context_takes_a_document_as_its_budget_allows(world: World) -> None:
+    """One read for both replies: whole for the large context, the matching page for the small one."""
+    pages = [f"Chapter {n}: " + ("filler words here. " * 50) for n in (1, 2, 3)]
+    pages[1] = "The otter budget is approved. " + pages[1]
+    posted(world.room, world.alice, "report", [document("report.txt", pages)])
+    question = posted(world.room, world.alice, "@a @b is the otter budget approved?", [])
+    rows = read_history(world.room, question)
+    files = read_files(rows, [12_000, 2_400])
+    large = str(build_context(world.assistants["a"], world.room, rows, 12_000, "", files))
+    small = str(build_context(world.assistants["b"], world.room, rows, 2_400, "", files))
+    assert "[file report.txt: text/plain, 3 pages, whole]" in large
+    assert "the parts that match the question: pages 2 of 3" in small and "The otter budget is approved." in small
+    assert "Chapter 1" not in small and "Chapter 3" not in small
+
+
+def test_a_personal_messages_file_reaches_no_shared_context(world: World) -> None:
+    posted(world.room, world.alice, "for bob", [document("bob.txt", ["bob's heron secret"])], world.bob)
+    question = posted(world.room, world.alice, "@a what is the heron secret?", [])
+    rows = read_history(world.room, question)
+    sent = str(build_context(world.assistants["a"], world.room, rows, 12_000, "", read_files(rows, [12_000])))
+    assert "heron secret?" in sent and "bob.txt" not in sent and "bob's heron secret" not in sent
 
 
 def test_a_post_without_files_reads_no_attachment(world: World) -> None:

@@ -117,14 +117,15 @@ def human_size(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MB"
 
 
-def read_files(history: Sequence[Said], budget_chars: int) -> HistoryFiles:
+def read_files(history: Sequence[Said], budgets: Sequence[int]) -> HistoryFiles:
     """The files of `history`'s messages (oldest first, the question last), for contexts of
-    at most `budget_chars`. No query when none of its messages has files."""
+    `budgets` characters (one per reply). No query when none of its messages has files."""
     ids = [m.id for m in history if m.files]
     if not ids:
         return NO_FILES
     question = next((m.text for m in reversed(history) if m.role == "user"), "")
-    share = budget_chars // DOCUMENT_SHARE
+    share = max(budgets, default=0) // DOCUMENT_SHARE  # a text sent whole to the largest context
+    smallest = min(budgets, default=0) // DOCUMENT_SHARE  # longer: its parts are ranked, for the smallest
     rows = (
         Attachment.objects.filter(message_id__in=ids)
         .annotate(chars=Length("text"))
@@ -141,7 +142,7 @@ def read_files(history: Sequence[Said], budget_chars: int) -> HistoryFiles:
         )
         by_message.setdefault(info.message_id, []).append(info)
     order = {message_id: i for i, message_id in enumerate(ids)}
-    long = [f for files in by_message.values() for f in files if not f.is_image and f.chars > share]
+    long = [f for files in by_message.values() for f in files if not f.is_image and f.chars > smallest]
     long.sort(key=lambda f: order.get(f.message_id, 0), reverse=True)  # the newest first
     wanted = share // max(1, settings.COLLAB["FILE_PART_CHARS"]) + 2
     for info in long[:RANKED_DOCUMENTS]:

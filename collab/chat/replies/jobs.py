@@ -68,7 +68,7 @@ def reply_jobs(
     lenses = personal_lenses(room, replies)
     budgets_of = [_budget(reply.assistant) for reply in replies]
     # The history's files, once for every reply (no query when none of its messages has any).
-    files = read_files(history, max(budgets_of, default=0))
+    files = read_files(history, budgets_of)
     jobs = []
     for reply, budget in zip(replies, budgets_of, strict=True):
         assistant = reply.assistant
