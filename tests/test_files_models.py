@@ -25,10 +25,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from PIL import Image
 
-from collab.chat.context import build_context
+from collab.chat.context import HistoryRow, build_context
 from collab.chat.file_models import Attachment, AttachmentPart
 from collab.chat.files.for_models import IMAGE_PARTS, read_files
-from collab.chat.models import Membership, Message, Room
+from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.replies.jobs import read_history, reply_jobs
 from collab.chat.replies.tools import BUILTINS, Toolbox
 from collab.llm.client import content_text
@@ -202,6 +202,20 @@ def test_a_personal_messages_file_reaches_no_shared_context(world: World) -> Non
     rows = read_history(world.room, question)
     sent = str(build_context(world.assistants["a"], world.room, rows, 12_000, "", read_files(rows, [12_000])))
     assert "heron secret?" in sent and "bob.txt" not in sent and "bob's heron secret" not in sent
+
+
+@pytest.mark.usefixtures("memory_layer", "replies_idle")
+async def test_a_history_with_files_is_not_guessed_early(world: World) -> None:
+    """An early request (replies/early.py) could not hold the files' parts: none is sent."""
+    from collab.chat.replies import early
+
+    plain = HistoryRow(1, 1, "user", "done", "see", "alice", None, None, "", 0, 0, [])
+    a = await Assistant.objects.select_related("provider").aget(pk=world.assistants["a"].pk)
+    guesses = early.guess(early.Known(world.room, (a,), (plain,)), [a], "alice", "@a and?")
+    assert len(guesses) == 1  # guessed: the files are what stops it below
+    early.adopt(guesses, [])  # cancelled
+    with_file = plain._replace(files=1)
+    assert early.guess(early.Known(world.room, (a,), (with_file,)), [a], "alice", "@a and?") == []
 
 
 def test_a_post_without_files_reads_no_attachment(world: World) -> None:
