@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -43,6 +45,7 @@ IMAGE_DATA_BYTES = 4 << 20  # a stored image larger than this goes as its thumbn
 DOCUMENT_SHARE = 2  # documents take at most 1/DOCUMENT_SHARE of a context's budget
 RANKED_DOCUMENTS = 3  # long documents whose parts are ranked, the newest; older: a note
 MIN_PART_CHARS = 200  # less room than this left for a document: a note instead of a stub
+DATA_CACHE_BYTES = 32 << 20  # data URLs kept in this process, the most recently sent
 
 _FIELDS = ("id", "message_id", "name", "kind", "content_type", "size", "file", "thumb", "width", "height")
 _MAGIC = ((b"\x89PNG", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
@@ -226,16 +229,60 @@ def cut_front(content: str | list[dict[str, Any]], budget_chars: int) -> str | l
     return [{"type": "text", "text": text[-room:] if room else ""}, *images]
 
 
+class _DataCache:
+    """The data URLs of images sent lately, by stored name (a random one per upload, never
+    reused), up to DATA_CACHE_BYTES: a room's
+    recent images go with every reply while they are in its history, and a stored image
+    never changes, so each is read from storage (perhaps a bucket, from the database
+    thread) once while it is in use, not once a post."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.urls: OrderedDict[str, str] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> str | None:
+        with self.lock:
+            url = self.urls.get(key)
+            if url is not None:
+                self.urls.move_to_end(key)
+            return url
+
+    def put(self, key: str, url: str) -> None:
+        with self.lock:
+            if key in self.urls or len(url) > self.limit:
+                return
+            self.urls[key] = url
+            self.size += len(url)
+            while self.size > self.limit:
+                _, dropped = self.urls.popitem(last=False)
+                self.size -= len(dropped)
+
+
+_data_cache = _DataCache(DATA_CACHE_BYTES)
+
+
 def _data_url(info: FileInfo) -> str | None:
     """The stored image (or, when larger than IMAGE_DATA_BYTES, its thumbnail) as a data URL."""
     name = info.file if info.size <= IMAGE_DATA_BYTES else info.thumb
     if not name:
         return None
+    cached = _data_cache.get(name)
+    if cached is not None:
+        return cached
+    url = _read_data_url(info, name)
+    if url is not None:
+        _data_cache.put(name, url)
+    return url
+
+
+def _read_data_url(info: FileInfo, name: str) -> str | None:
     storage = Attachment._meta.get_field("file").storage  # type: ignore[attr-defined]
     try:
         with storage.open(name, "rb") as stored:
             raw = stored.read(IMAGE_DATA_BYTES + 1)
-    except OSError:
+    except Exception:  # gone, or the bucket is away: a note says it could not be sent, the reply goes on
         log.warning("image %s (%s) could not be read from storage", info.id, name, exc_info=True)
         return None
     if len(raw) > IMAGE_DATA_BYTES:
