@@ -326,6 +326,9 @@ LOGGING = {
 # --- collab ---------------------------------------------------------------------
 # Default model endpoint (docs/wire.md). With none set: the embedded local model.
 COLLAB_LLM_BASE_URL = env("COLLAB_LLM_BASE_URL")
+# This server as model providers reach it (https://chat.example.org): the base of the signed
+# links to images for a provider that fetches them (Provider.image_delivery "url").
+COLLAB_PUBLIC_URL = env("COLLAB_PUBLIC_URL").rstrip("/")
 COLLAB_LLM_API_KEY_ENV = "COLLAB_LLM_API_KEY"  # the key's *name*; its value is never stored
 COLLAB_LLM_MODEL = env("COLLAB_LLM_MODEL")
 COLLAB_LOCAL_MODEL_URL = env("COLLAB_LOCAL_MODEL_URL", "http://127.0.0.1:8088/v1")

@@ -4,7 +4,15 @@ from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from collab.chat import file_views, history_views, reaction_views, settings_views, thread_views, views
+from collab.chat import (
+    file_signed_views,  # signed links to images, for model providers
+    file_views,
+    history_views,
+    reaction_views,
+    settings_views,
+    thread_views,
+    views,
+)
 from collab.signin import oidc
 from collab.signin import views as signin_views
 
@@ -28,6 +36,7 @@ urlpatterns = [
     path("r/<slug:slug>/files/", file_views.upload, name="file_upload"),
     path("r/<slug:slug>/f/<int:file_id>/thumb", file_views.thumb, name="file_thumb"),
     path("r/<slug:slug>/f/<int:file_id>/<str:name>", file_views.download, name="file"),
+    path("files/s/<str:token>", file_signed_views.signed, name="file_signed"),  # no login: the token is the key
     path("r/<slug:slug>/search", history_views.search, name="room_search"),
     re_path(r"^r/(?P<slug>[-a-zA-Z0-9_]+)/export\.(?P<fmt>md|json)$", history_views.export, name="room_export"),
     path("r/<slug:slug>/leave/", views.leave, name="leave"),

@@ -511,6 +511,55 @@ async def test_unknown_path_method_and_size_limits() -> None:
         assert (await http.post("/v1/chat/completions", content=chunked())).status_code == 413
 
 
+def _png(width: int, height: int) -> bytes:
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), "red").save(out, "PNG")
+    return out.getvalue()
+
+
+async def test_image_parts_and_documents_get_a_proof_line_and_are_recorded_without_bytes() -> None:
+    import base64
+
+    png = _png(64, 48)
+    doc = "[file a.txt: text/plain, 1 page, whole]\nOne two three four five six seven\n[end of file a.txt]"
+    parts: list[Any] = [
+        {"type": "text", "text": "alice: both\n\n" + doc},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}},
+        {"type": "image_url", "image_url": {"url": "https://chat.example.org/files/s/t0k"}},
+    ]
+    messages: list[Any] = [{"role": "user", "content": parts}]
+    proof = (
+        f"Received 2 images: image/png {len(png)} bytes 64x48; url https://chat.example.org/files/s/t0k. "
+        'Documents: a.txt "One two three four five six…".'
+    )
+    with running_simulator_app(tps=5000, ttft_ms=0, reply_tokens=5) as (url, app):
+        async with contextlib.AsyncExitStack() as stack:
+            client = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+            stack.push_async_callback(client.close)
+            reply = await client.chat.completions.create(model="sim", messages=messages)
+            streamed = await client.chat.completions.create(model="sim", messages=messages, stream=True)
+            pieces = [c.choices[0].delta.content async for c in streamed if c.choices and c.choices[0].delta.content]
+            with pytest.raises(openai.BadRequestError, match="not valid base64"):
+                bad = [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%"}}],
+                    }
+                ]
+                await client.chat.completions.create(model="sim", messages=bad)
+    text = reply.choices[0].message.content or ""
+    assert text == proof + "\n\n" + expected_text(messages, 0, "sim", 5) == "".join(pieces)
+    assert reply.usage is not None and reply.usage.prompt_tokens == count_prompt_tokens(messages)
+    recorded = app.recorded[0]
+    assert recorded["images"][0] == {"media_type": "image/png", "size": len(png), "width": 64, "height": 48, "url": ""}
+    assert recorded["messages"][0]["content"][1]["image_url"]["url"] == f"data:image/png;base64,<{len(png)} bytes>"
+    assert base64.b64encode(png).decode() not in str(app.recorded)
+
+
 # ------------------------------------------------------- over a real port
 
 

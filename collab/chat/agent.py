@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collab.llm import Finish, Item, Thought, ToolCall, Usage
-from collab.llm.client import ChatMessage
+from collab.llm.client import ChatMessage, prompt_estimate, with_text
 from collab.llm.pool import SharedSlots, stream_reply
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ class AgentRun:
             self.tokens += used if used is not None else counted + len(calls)
             read = usage.prompt_tokens if usage and usage.prompt_tokens is not None else None
             if read is None:  # no usage from the provider: ~4 characters a token, of this call's context
-                read = sum(len(str(m.get("content") or "")) for m in messages) // 4
+                read = prompt_estimate(messages)
             self.prompt_tokens = (self.prompt_tokens or 0) + read
         # Cut where the run's token budget, not the assistant's max_tokens, set the limit.
         self.capped = self.cut and (max_tokens is None or allowed < max_tokens)
@@ -352,7 +352,7 @@ def _asking(messages: list[ChatMessage], instruction: str) -> list[ChatMessage]:
     last = messages[-1] if messages else None
     if last is None or last.get("role") != "user":
         return [*messages, _user(instruction)]
-    return [*messages[:-1], {**last, "content": f"{last.get('content') or ''}\n\n{instruction}"}]
+    return [*messages[:-1], {**last, "content": with_text(last.get("content"), instruction)}]
 
 
 def _short(text: str, limit: int) -> str:

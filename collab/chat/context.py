@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from collab.chat.files.for_models import NO_FILES, Attaching, HistoryFiles, cut_front
 from collab.chat.models import Assistant, Message, Room
 from collab.llm.client import ChatMessage
 
@@ -27,6 +28,7 @@ class HistoryRow(NamedTuple):
     votes_down: int
     merge_of: list[int]
     slot_seq: int | None = None  # a later version of a reply: its slot's place (models.Message)
+    files: int = 0  # how many files it was posted with (chat/files/for_models.py reads them)
 
 
 HISTORY_COLUMNS = HistoryRow._fields
@@ -40,7 +42,12 @@ def row_of(message: Message) -> HistoryRow:
 
 
 def build_context(
-    assistant: Assistant, room: Room, history: Sequence[Said], budget_chars: int, lens: str = ""
+    assistant: Assistant,
+    room: Room,
+    history: Sequence[Said],
+    budget_chars: int,
+    lens: str = "",
+    files: HistoryFiles = NO_FILES,
 ) -> list[ChatMessage]:
     """System prompt and topic first, then as much recent history as fits, oldest first.
 
@@ -48,6 +55,8 @@ def build_context(
     oldest first. The assistant's own earlier replies are `assistant` turns; everyone
     else speaks as `user` with their name in front, so the model knows who said what.
     The newest message is always included (cut from the front if it alone is too long).
+    `files`: the history's files (files/for_models.read_files): a message's images and
+    documents join its turn, as parts or text, within the budget.
     """
     system = assistant.system_prompt.strip()
     if room.system_prompt.strip():  # the room's own, after the assistant's (docs/wire.md, "room settings")
@@ -62,21 +71,26 @@ def build_context(
         system = f"{system}\n\n{lens}"
     turns: list[ChatMessage] = []
     used = 0
+    attaching = Attaching(assistant, budget_chars, files) if files.by_message else None
     for message in reversed(history):
         if message.role == Message.Role.ASSISTANT and message.status == Message.Status.STREAMING:
             continue
-        if not message.text:  # nothing said yet, or deleted (a tombstone: commands/editing.py)
+        attached = files.of(message.id) if attaching is not None and message.files else ()
+        if not message.text and not attached:  # nothing said yet, or deleted (a tombstone: commands/editing.py)
             continue
         if message.role == Message.Role.ASSISTANT and message.assistant_id == assistant.id:
             turn: ChatMessage = {"role": "assistant", "content": message.text}
         else:
             turn = {"role": "user", "content": f"{message.author_name}: {message.text}"}
-        if used + len(turn["content"]) > budget_chars:
+        cost = len(turn["content"])
+        if attaching is not None and attached:  # its images and documents (files/for_models.py)
+            turn["content"], cost = attaching.content(turn["content"], attached)
+        if used + cost > budget_chars:
             if not turns:  # the message being answered: keep its end
-                turn["content"] = turn["content"][-budget_chars:]
+                turn["content"] = cut_front(turn["content"], budget_chars)
                 turns.append(turn)
             break
-        used += len(turn["content"])
+        used += cost
         turns.append(turn)
     turns.reverse()
     return [{"role": "system", "content": system}, *turns]

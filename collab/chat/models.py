@@ -392,6 +392,10 @@ class Message(models.Model):
     thread = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     thread_replies = models.PositiveIntegerField(default=0)
     thread_last_at = models.DateTimeField(null=True, blank=True)
+    # How many files it was posted with (file_models.Attachment), set with the post: a
+    # reply's context reads attachments only for the messages of its history that have
+    # some, so a room's posts without files cost no query for them (chat/files/for_models.py).
+    files = models.PositiveSmallIntegerField(default=0)
 
     objects = MessageQuerySet.as_manager()
 

@@ -25,7 +25,9 @@ env_name_validator = RegexValidator(
 
 # The agents' built-in tools (collab/chat/replies/tools.py checks its list against this one):
 # a tool staff register may not take one of their names.
-BUILTIN_TOOL_NAMES = frozenset({"search_room", "read_message", "calculate", "room_members", "current_time"})
+BUILTIN_TOOL_NAMES = frozenset(
+    {"search_room", "read_message", "read_file", "search_files", "calculate", "room_members", "current_time"}
+)
 
 tool_name_validator = RegexValidator(
     r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$", "Like a function name: a letter, then up to 63 letters, digits or '_'."
@@ -75,6 +77,7 @@ class Provider(models.Model):
         validators=[MinValueValidator(0)],
         help_text="How long an endpoint that failed before its first token is avoided.",
     )
+
     class ImageDelivery(models.TextChoices):
         DATA = "data", "in the request (base64 data URLs)"
         URL = "url", "as signed links to this server (COLLAB_PUBLIC_URL must reach it)"

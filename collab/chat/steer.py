@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from collab.chat.markup import STEER_MARK
 from collab.llm import Usage
-from collab.llm.client import ChatMessage, Item
+from collab.llm.client import ChatMessage, Item, prompt_estimate
 
 GRACE_CHARS = 200  # how far past the note a sentence's end is waited for; then a word's end
 WAIT_S = 3.0  # a stream silent this long after the note (or since its last read) is cut as it stands
@@ -162,7 +162,7 @@ class Legs:
         got = usage.completion_tokens if usage is not None else None
         self.completion += got if got is not None else chunks
         sent = usage.prompt_tokens if usage is not None else None
-        self.prompt += sent if sent is not None else sum(len(m["content"] or "") for m in messages) // 4
+        self.prompt += sent if sent is not None else prompt_estimate(messages)
 
     def total(self, usage: Usage | None, chunks: int, messages: Sequence[ChatMessage]) -> Usage | None:
         """The whole reply's usage, the last leg's (`usage`, `chunks`) added; `usage`

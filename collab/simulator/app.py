@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Any
 
+from . import files
 from .config import SLOW_FACTOR, FaultKind, ModelSpec, SimConfig, parse_model
 from .directives import HOLD_TOKENS, HOLD_TPS, shape_of
 from .reply import ReplyWriter, Stats, install_log_filter
@@ -32,6 +33,7 @@ from .request import Completion as _Completion
 from .request import HTTPError as _HTTPError
 from .request import Receive, Scope, Send, check_auth, fault_error, parse_completion, read_body
 from .request import dumps as _dumps
+from .text import split_tokens
 from .timing import Schedule
 from .tools import script_for
 
@@ -102,8 +104,16 @@ class SimulatorApp(ReplyWriter):
                 if body is None:
                     return  # client left before sending the body
                 request = self._parse_completion(body)
-                if self.record:
-                    seen = {"model": request.model, "messages": request.messages}
+                try:  # its images and documents (files.py): a malformed image part is a 400
+                    held = files.proof(request.messages)
+                except ValueError as exc:
+                    raise _HTTPError(400, str(exc), param="messages") from None
+                request.proof = split_tokens(held + "\n\n") if held else None
+                if self.record:  # an image as its type, size and pixels: never its bytes, kept for good
+                    messages, images = files.for_record(request.messages) if held else (request.messages, [])
+                    seen: dict[str, Any] = {"model": request.model, "messages": messages}
+                    if images:
+                        seen["images"] = images
                     self.recorded.append(seen if request.tools is None else {**seen, "tools": request.tools})
                 await self._completion(request, receive, send, start_wall, start_mono)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
@@ -168,6 +178,10 @@ class SimulatorApp(ReplyWriter):
         if shape.hold and script is None:
             req.reply_tokens = HOLD_TOKENS
             n = req.spec.think + HOLD_TOKENS
+        if script is not None:
+            req.proof = None  # a scripted reply (tool calls, a verdict) is only that
+        elif req.proof:  # the text starts with the line proving what the request held of files
+            n += len(req.proof)
         finish_reason = "stop" if script is None else script.finish_reason
         if req.max_tokens is not None and req.max_tokens < n:
             n = req.max_tokens

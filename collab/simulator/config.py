@@ -67,7 +67,7 @@ class SimConfig:
     """Probability that ``fault`` hits a request (drawn from an RNG seeded by ``seed``)."""
     api_key: str | None = None
     """When set, requests need ``Authorization: Bearer <api_key>``."""
-    max_body_bytes: int = 1_000_000
+    max_body_bytes: int = 20_000_000  # images as data URLs: a few MB each (OpenAI takes up to 20 MB an image)
     models: tuple[str, ...] = ("sim",)
     """Names listed by ``GET /v1/models`` (any name is served anyway)."""
 

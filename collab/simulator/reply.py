@@ -150,6 +150,8 @@ class ReplyWriter:
             pieces = iter_tokens(
                 req.messages, self.config.seed, req.model, req.reply_tokens or self.config.reply_tokens
             )
+            if req.proof:  # first the line that proves what it held of files (files.py)
+                pieces = itertools.chain(req.proof, pieces)
         elif script.calls:  # each piece a whole delta object (tool-call fragments)
             pieces = iter([_RAW + delta for delta in script.pieces])
         else:
@@ -256,6 +258,7 @@ class ReplyWriter:
             tokens = simulated_tokens(
                 req.messages, self.config.seed, req.model, req.reply_tokens or self.config.reply_tokens
             )
+            tokens = [*(req.proof or ()), *tokens]
         else:
             tokens = list(script.pieces)
         tokens = thoughts + tokens[: n - len(thoughts)]

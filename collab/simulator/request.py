@@ -53,6 +53,7 @@ class Completion:
     tool_choice: str | None = None  # "none": answer in text whatever the tools (only the string forms)
     script: Script | None = None  # the scripted reply (tools.script_for), set by the app
     reply_tokens: int | None = None  # its text's length, when not the server's (a {{hold}}: directives.py)
+    proof: list[str] | None = None  # the tokens of the line proving what it held of files (files.py)
 
 
 def fault_error(fault: str) -> HTTPError | None:

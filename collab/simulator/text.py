@@ -378,7 +378,10 @@ def count_prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
     """A deterministic, tokenizer-like estimate of the prompt's size."""
     total = 3
     for message in messages:
-        total += 4 + len(_ROUGH_TOKEN_RE.findall(_content_text(message.get("content"))))
+        content = message.get("content")
+        total += 4 + len(_ROUGH_TOKEN_RE.findall(_content_text(content)))
+        if isinstance(content, list):  # an image part: a low-detail image's 85 tokens
+            total += 85 * sum(1 for p in content if isinstance(p, Mapping) and p.get("type") == "image_url")
     return total
 
 

@@ -13,6 +13,7 @@ from collab.chat.agent import AgentPlan
 from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
 from collab.chat.replies.tools import toolbox_for
+from collab.llm.client import with_text
 
 # `@critic review @planner`: the first reviews the second's latest answer; only the first is asked.
 _REVIEW = re.compile(r"@([A-Za-z0-9_-]{1,32})\s+review\s+@([A-Za-z0-9_-]{1,32})", re.IGNORECASE)
@@ -75,4 +76,4 @@ def give_review(jobs: list[ReplyJob], room: Room, review: Review, request: Messa
     extra = review_input(reviewed_answer(room, review, request.seq), review)
     for job in jobs:
         last = job.messages[-1]
-        job.messages[-1] = {**last, "content": f"{last.get('content') or ''}\n\n{extra}"}
+        job.messages[-1] = {**last, "content": with_text(last.get("content"), extra)}

@@ -31,7 +31,7 @@ from collab.chat.replies.jobs import reply_jobs
 from collab.chat.replies.sink import RoomSink
 from collab.chat.services import budgets
 from collab.chat.services.providers import deployment_slots
-from collab.llm.client import ChatMessage
+from collab.llm.client import ChatMessage, prompt_estimate
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class ContinuationSink(RoomSink):
             log.warning("continuation of reply %s ended %s: %s", self.job.message_id, outcome.status, outcome.error)
             outcome.status, outcome.error, outcome.finish_reason = "done", "", "length"
         if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
-            outcome.prompt_tokens = sum(len(m["content"]) for m in self.job.messages) // 4
+            outcome.prompt_tokens = prompt_estimate(self.job.messages)
         outcome.text = text + outcome.text
         outcome.reasoning = reasoning + outcome.reasoning
         outcome.tokens += tokens  # both requests' tokens: the reply's usage and cost

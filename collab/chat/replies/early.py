@@ -222,7 +222,11 @@ def ended(message: Message) -> None:
 
 def guess(known: Known, assistants: Sequence[Assistant], author_name: str, text: str) -> list[Guess]:
     """Send each assistant's request as it would be if nothing else reached the room
-    first. An assistant whose provider has a concurrency cap is not guessed."""
+    first. An assistant whose provider has a concurrency cap is not guessed, nor a room
+    whose known history holds files (their parts are read from the database: the event
+    loop's guess has none of them, and would only waste a request)."""
+    if any(row.files for row in known.rows):
+        return []
     post = HistoryRow(0, 0, Message.Role.USER, Message.Status.DONE, text, author_name, None, None, "", 0, 0, [])
     history = steer(known.room, [*known.rows[-(HISTORY_MESSAGES - 1) :], post])
     guesses: list[Guess] = []

@@ -19,6 +19,7 @@ from django.db.models import Q
 from collab.chat import broadcast, shared
 from collab.chat.context import HISTORY_COLUMNS, HISTORY_MESSAGES, HistoryRow, build_context
 from collab.chat.events import RoomFrame
+from collab.chat.files.for_models import read_files
 from collab.chat.generation import ReplyJob, registry
 from collab.chat.models import Assistant, Message, Room, room_order
 from collab.chat.prepared import Prepared
@@ -65,11 +66,13 @@ def reply_jobs(
     """A job per reply; `rows`: the room's history as `read_history` returned it, if read."""
     history = votes.steer(room, read_history(room, answered) if rows is None else rows)
     lenses = personal_lenses(room, replies)
+    budgets_of = [_budget(reply.assistant) for reply in replies]
+    # The history's files, once for every reply (no query when none of its messages has any).
+    files = read_files(history, budgets_of)
     jobs = []
-    for reply in replies:
+    for reply, budget in zip(replies, budgets_of, strict=True):
         assistant = reply.assistant
         assert assistant is not None
-        budget = assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"]
         lens = lenses.get(reply.recipient_id, "")  # "": a shared reply
         jobs.append(
             ReplyJob(
@@ -77,7 +80,7 @@ def reply_jobs(
                 room_id=room.id,
                 provider=provider_config(assistant.provider),
                 model=assistant.model_name,
-                messages=build_context(assistant, room, history, budget, lens),
+                messages=build_context(assistant, room, history, budget, lens, files),
                 temperature=assistant.temperature,
                 max_tokens=assistant.max_tokens,
                 recipient_id=reply.recipient_id,
@@ -86,6 +89,12 @@ def reply_jobs(
             )
         )
     return jobs
+
+
+def _budget(assistant: Assistant | None) -> int:
+    """The characters of history its context may hold."""
+    assert assistant is not None
+    return int(assistant.provider.context_chars or settings.COLLAB["CONTEXT_CHARS"])
 
 
 def create_placeholders(

@@ -30,6 +30,7 @@ from collab.chat.replies import each
 from collab.chat.replies.jobs import create_placeholders, reply_jobs, start_and_announce
 from collab.chat.services import availability, budgets, threads, unread, votes
 from collab.chat.services.rooms import allocate_seqs
+from collab.llm.client import content_chars
 
 _HANDLE = re.compile(r"@?([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
 
@@ -83,7 +84,7 @@ def merge_job(job: ReplyJob, answers: list[Message], budget_chars: int) -> None:
     the question) so that the history and the answers fit the budget, then the answers."""
     turn = merge_turn(answers, budget_chars)
     messages = list(job.messages)
-    while len(messages) > 2 and sum(len(m["content"]) for m in messages) + len(turn) > budget_chars:
+    while len(messages) > 2 and sum(content_chars(m) for m in messages) + len(turn) > budget_chars:
         del messages[1]
     job.messages = [*messages, {"role": "user", "content": turn}]
 

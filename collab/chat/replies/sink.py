@@ -27,6 +27,7 @@ from collab.chat.prepared import Prepared, PreparedUpdate
 from collab.chat.replies import early
 from collab.chat.services import budgets
 from collab.chat.services.providers import reply_cost
+from collab.llm.client import prompt_estimate
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ def _store_outcome(
     statements: the update, then what changed meanwhile (`_as_stored`) for its final
     article. `placeholder`: the reply as its post created it, if at hand."""
     if outcome.prompt_tokens is None:  # the provider sent no usage: ~4 characters a token
-        outcome.prompt_tokens = sum(len(m["content"] or "") for m in job.messages) // 4
+        outcome.prompt_tokens = prompt_estimate(job.messages)
     # As the column holds it (6 places): the final article is rendered from this value (_as_stored).
     cost = reply_cost(job.price_per_m, outcome.prompt_tokens, outcome.tokens).quantize(_COST_PLACES)
     fields = {

@@ -25,7 +25,7 @@ from collab.chat import calculator, shared
 from collab.chat.errors import ClientError
 from collab.chat.models import Assistant, Ban, Membership, Message, Room
 from collab.chat.provider_models import BUILTIN_TOOL_NAMES
-from collab.chat.replies import http_tools, mcp_tools
+from collab.chat.replies import file_tools, http_tools, mcp_tools
 from collab.chat.replies.http_tools import HttpTool
 from collab.chat.replies.mcp_tools import McpTool
 from collab.chat.replies.tool_spec import ToolError, ToolSpec
@@ -65,6 +65,29 @@ BUILTINS: list[ToolSpec] = [
         "Compute an arithmetic expression: numbers, + - * / // % **, parentheses, sqrt abs round min max "
         "log sin cos, pi, e.",
         _object({"expression": {"type": "string", "description": "For example: (2 + 3) * sqrt(16)"}}, ["expression"]),
+        BUILTIN_TIMEOUT_S,
+    ),
+    ToolSpec(
+        "read_file",
+        "Read a file attached to a message of this room, by its file id (the context and search_files give "
+        "it): its text from `start` to `end` (characters; counted from the page's beginning with `page`), "
+        "up to 3500 characters a call; an image's name, size and pixels.",
+        _object(
+            {
+                "file": {"type": "integer", "description": "The file's id."},
+                "page": {"type": "integer", "description": "A page, from 1 (a PDF's; other documents have one)."},
+                "start": {"type": "integer", "description": "The first character to read (default 0)."},
+                "end": {"type": "integer", "description": "Where to stop (default: the end, or the page's)."},
+            },
+            ["file"],
+        ),
+        BUILTIN_TIMEOUT_S,
+    ),
+    ToolSpec(
+        "search_files",
+        "Search the text and names of the files attached in this room. Returns up to 10 matches, best first, "
+        "as 'file ID NAME, page P: snippet'.",
+        _object({"query": {"type": "string", "description": "Words to find."}}, ["query"]),
         BUILTIN_TIMEOUT_S,
     ),
     ToolSpec("room_members", "This room's members, their roles, and who is online now.", _object({}, []), 5.0),
@@ -259,6 +282,11 @@ class Toolbox:
             )
         if name == "read_message":
             return await database_sync_to_async(_read)(self.room, self.asker_id, self.reader_id, args["seq"])
+        if name == "read_file":
+            where = (args["file"], args.get("page"), args.get("start"), args.get("end"))
+            return await database_sync_to_async(self._file)(*where)
+        if name == "search_files":
+            return await database_sync_to_async(self._search_files)(args["query"])
         if name == "room_members":
             online: set[int] | None
             try:
@@ -267,6 +295,14 @@ class Toolbox:
                 online = None
             return await database_sync_to_async(_members)(self.room, self.asker_id, online)
         raise ToolError(f"no tool named {name!r}")  # pragma: no cover (spec() knows every name)
+
+    def _file(self, file_id: int, page: int | None, start: int | None, end: int | None) -> str:
+        _check_member(self.room, self.asker_id)
+        return file_tools.read_file(self.room, self.reader_id, file_id, page, start, end)
+
+    def _search_files(self, query: str) -> str:
+        _check_member(self.room, self.asker_id)
+        return file_tools.search_files(self.room, self.reader_id, query)
 
 
 def toolbox_for(assistant: Assistant, room: Room, asker: User | None, reply: Message) -> Toolbox:
