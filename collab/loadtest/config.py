@@ -29,6 +29,7 @@ class RunConfig:
     duration_s: float = 10.0  # posting phase
     drain_s: float = 30.0  # after it, how long replies in flight may take to end
     runs: int = 0  # > 0: that many posts per room, each once the last reply ended (not Poisson)
+    file_share: float = 0.0  # files: the share of posts that upload a file first (collab/loadtest/files.py)
     agent_script: str = ""  # agents: each post is @mentions + this tool script (collab/loadtest/agents.py)
     sockets_per_member: int = 1  # > 1 opens several tabs per member (the idle scenario)
     tps: float = 750.0  # the model's tokens/s (its schedule gives each token's emission time)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from collab.loadtest.agents import agent_line, agent_report
+from collab.loadtest.files import files_line, files_report
 from collab.loadtest.stats import Collector, percentiles
 
 __all__ = [
@@ -105,6 +106,9 @@ def build_step(
         "redis_cpu_percent": resources.get("redis_cpu_percent"),
         "redis_ops_per_reply": resources.get("redis_ops_per_reply"),
     }
+    files = files_report(col)
+    if files is not None:  # the files scenario (collab/loadtest/files.py)
+        report["files"] = files
     agents = agent_report(col)
     if agents is not None:  # agent runs (collab/loadtest/agents.py)
         report["agents"] = agents
@@ -247,6 +251,7 @@ def table(steps: Sequence[Mapping[str, Any]], markdown: bool = False) -> str:
     lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths, strict=True))]
     lines += ["  ".join(r[k].rjust(w) for k, w in zip(keys, widths, strict=True)) for r in rows]
     lines += [line for s in steps if (line := agent_line(s.get("agents"), f" ({s['params'].get('rooms')} rooms)"))]
+    lines += [line for s in steps if (line := files_line(s.get("files"), f" ({s['params'].get('rooms')} rooms)"))]
     return "\n".join(lines)
 
 
@@ -271,6 +276,8 @@ def summary(step: Mapping[str, Any]) -> str:
         )
     if step.get("agents"):
         line += "\n  " + agent_line(step["agents"])
+    if step.get("files"):
+        line += "\n  " + files_line(step["files"])
     servers = step.get("servers") or []
     if len(servers) > 1:
         each = [

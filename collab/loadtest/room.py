@@ -25,7 +25,7 @@ import gevent
 
 from collab.loadtest.agents import post_in_turn
 from collab.loadtest.room_connections import RoomConnections
-from collab.loadtest.room_state import Post
+from collab.loadtest.room_state import Conn, Post
 from collab.loadtest.wsclient import ConnectionClosed
 
 __all__ = ["Post", "RoomRun"]
@@ -51,12 +51,29 @@ class RoomRun(RoomConnections):
         if c.ws is None or not c.alive:
             self.collector.error("post.no_socket")
             return
+        if self.files is not None and self.files.wants_file():
+            # Uploaded first, as the page does; in its own greenlet, so that the Poisson
+            # arrivals of the other posts keep their schedule.
+            gevent.spawn(self._post_with_file, c)
+            return
+        self._send_post(c)
+
+    def _post_with_file(self, c: Conn) -> None:
+        assert self.files is not None
+        file_id = self.files.upload(self.cfg.target_of(c.server), self.slug, c.session)
+        if file_id is not None and c.ws is not None and c.alive and not self.stopping:
+            self._send_post(c, [file_id])
+
+    def _send_post(self, c: Conn, files: list[int] | None = None) -> None:
         nonce = "lt" + uuid.uuid4().hex[:16]
         question = self.rng.choice(_QUESTIONS)
         text = f"{self._mention_text} {nonce} {question}?".strip()
         if self.agents is not None:
             text = self.agents.prompt(self._mention_text, nonce)
-        frame = json.dumps({"text": text, "client_id": str(uuid.uuid4())})
+        fields: dict[str, object] = {"text": text, "client_id": str(uuid.uuid4())}
+        if files:
+            fields["files"] = files
+        frame = json.dumps(fields)
         post = Post(nonce, time.perf_counter(), c.index, self.cfg.mentions)
         self.posts[nonce] = post
         try:

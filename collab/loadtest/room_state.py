@@ -20,6 +20,7 @@ import gevent.event
 
 from collab.loadtest.agents import AgentWatch
 from collab.loadtest.config import RunConfig
+from collab.loadtest.files import FileUploads
 from collab.loadtest.stats import Collector
 from collab.loadtest.wire import Parsed
 from collab.loadtest.wsclient import WebSocket
@@ -108,6 +109,7 @@ class RoomState:
         self._final_frames: dict[int, Parsed] = {}
         self._mention_text = " ".join("@" + a for a in self.assistants[: max(0, cfg.mentions)])
         self.agents = AgentWatch(collector, cfg.agent_script, cfg.tps, cfg.tick_ms) if cfg.agent_script else None
+        self.files = FileUploads(collector, cfg.file_share, cfg.seed) if cfg.file_share > 0 else None
 
     # --- Locust reporting ----------------------------------------------------------------
 

@@ -39,6 +39,9 @@ class Scenario:
     # `--mcp http|stdio` (issue 37): the agents' tools are an MCP server's, started by the run
     # (collab/loadtest/mcp_server.py), over Streamable HTTP or as a stdio child per call.
     mcp: str = ""
+    # `files` (issue 36): this share of the posts uploads a file first, a ~200 KB image and a
+    # ~1 MB PDF in turn (collab/loadtest/files.py).
+    file_share: float = 0.0
     runs: int = 0  # > 0: that many posts per room, one after another, instead of Poisson arrivals
 
     @property
@@ -114,6 +117,14 @@ SCENARIOS: dict[str, Scenario] = {
         offered=1.0,
         duration_s=30.0,
         agent_script='{{tool calculate {"expression": "6*7"}}}{{next}}{{tool current_time {}}}',
+    ),
+    "files": Scenario(
+        "files",
+        "one room of 10 as one-room, half the posts carrying a ~200 KB image or a ~1 MB PDF (uploaded first)",
+        levels=[1],
+        offered=0.5,
+        duration_s=30.0,
+        file_share=0.5,
     ),
     "idle": Scenario(
         "idle",

@@ -212,6 +212,10 @@ class Stack:
                 "ALLOWED_HOSTS": "127.0.0.1,localhost",
                 "COLLAB_HTTPS": "0",  # plain http on loopback
                 "COLLAB_STATIC_ROOT": str(self.workdir / "static"),
+                # The files scenario's uploads: the run's folder, removed with it; the
+                # posting rate is lifted above, the upload rate is too.
+                "COLLAB_MEDIA_ROOT": str(self.workdir / "media"),
+                "COLLAB_UPLOAD_REFILL_S": "0.001",
             }
         )
         if self.opts.database_url:
