@@ -69,6 +69,9 @@ class Attachment(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def get_absolute_url(self) -> str:
+        return reverse("file", args=[self.room.slug, self.pk, self.name])
+
     @property
     def is_image(self) -> bool:
         return self.kind == self.Kind.IMAGE
@@ -84,9 +87,6 @@ class Attachment(models.Model):
             return ""
         end = starts[page] if page < len(starts) else len(self.text)
         return self.text[starts[page - 1] : end]
-
-    def get_absolute_url(self) -> str:
-        return reverse("file", args=[self.room.slug, self.pk, self.name])
 
     def thumb_url(self) -> str:
         return reverse("file_thumb", args=[self.room.slug, self.pk])

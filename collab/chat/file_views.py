@@ -3,7 +3,8 @@
 `upload` takes one file per request (multipart field `file`) from a member of an open
 room, within their upload rate, and answers 201 with its description; the post that
 names its id attaches it (commands/posting.py). `download` and `thumb` serve a file to
-the members who may see its message (the uploader alone until it is posted); everyone
+the members who may see its message (the uploader alone until it is posted), and to
+staff who view the room read-only (they see its messages, so its files too); everyone
 else gets the same 404 as for a room or a file that does not exist. The answers carry a
 content type of ours (never the member's), `nosniff`, a Content-Disposition (inline
 only for images and PDF) and a sandboxing CSP: a file can never act as a page of this
@@ -19,7 +20,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.http.response import HttpResponseBase
 from django.utils.cache import patch_cache_control
 from django.utils.http import content_disposition_header
@@ -70,6 +71,7 @@ def describe(attachment: Attachment) -> dict[str, Any]:
         "width": attachment.width,
         "height": attachment.height,
         "pages": None if image else attachment.pages,
+        "extract_ms": None if image else attachment.extract_ms,
     }
 
 
@@ -113,22 +115,22 @@ def _visible(request: HttpRequest, slug: str, file_id: int) -> Attachment | None
     see (not deleted; a personal message only for its people), or their own upload not
     posted yet."""
     me = access.user(request)
-    attachment = (
-        Attachment.objects.select_related("room")
-        .filter(pk=file_id, room__slug=slug, room__memberships__user_id=me.pk)
-        .first()
-    )
+    attachment = Attachment.objects.select_related("room").filter(pk=file_id, room__slug=slug).first()
     if attachment is None:
         return None
+    try:  # a member, or staff who view the room read-only (view_access.viewer)
+        _room, membership = access.viewer(request, slug)
+    except Http404:
+        return None
     if attachment.message_id is None:
+        if membership is None:
+            return None
         return attachment if attachment.uploader_id == me.pk else None
     seen = Message.objects.visible_to(me.pk).filter(pk=attachment.message_id, deleted_at__isnull=True).exists()
     return attachment if seen else None
 
 
-def _serve(
-    attachment: Attachment, name: str, content_type: str, filename: str, as_attachment: bool
-) -> HttpResponseBase:
+def serve(attachment: Attachment, name: str, content_type: str, filename: str, as_attachment: bool) -> HttpResponseBase:
     disposition = content_disposition_header(as_attachment, filename) or "attachment"
     accel = settings.COLLAB_FILES_ACCEL
     response: HttpResponseBase
@@ -161,13 +163,15 @@ def download(request: HttpRequest, slug: str, file_id: int, name: str) -> HttpRe
     if attachment is None or name != attachment.name:
         return _error("file.not_found", NOT_FOUND, 404)
     served = _SERVED_AS.get(attachment.content_type, attachment.content_type)
-    return _serve(attachment, attachment.file.name, served, attachment.name, attachment.content_type not in _INLINE)
+    return serve(attachment, attachment.file.name, served, attachment.name, attachment.content_type not in _INLINE)
 
 
 @require_GET
 def thumb(request: HttpRequest, slug: str, file_id: int) -> HttpResponseBase:
     attachment = _visible(request, slug, file_id)
-    if attachment is None or not attachment.thumb:
+    if attachment is None or not attachment.is_image:
         return _error("file.not_found", NOT_FOUND, 404)
+    if not attachment.thumb:  # none made (an image stored before they were): the image itself
+        return serve(attachment, attachment.file.name, attachment.content_type, attachment.name, False)
     filename = attachment.name.rsplit(".", 1)[0] + "-thumb.webp"
-    return _serve(attachment, attachment.thumb.name, "image/webp", filename, False)
+    return serve(attachment, attachment.thumb.name, "image/webp", filename, False)

@@ -65,6 +65,10 @@ class RoomRun(RoomConnections):
             self._send_post(c, [file_id])
 
     def _send_post(self, c: Conn, files: list[int] | None = None) -> None:
+        ws = c.ws
+        if ws is None:
+            self.collector.error("post.no_socket")
+            return
         nonce = "lt" + uuid.uuid4().hex[:16]
         question = self.rng.choice(_QUESTIONS)
         text = f"{self._mention_text} {nonce} {question}?".strip()
@@ -77,7 +81,7 @@ class RoomRun(RoomConnections):
         post = Post(nonce, time.perf_counter(), c.index, self.cfg.mentions)
         self.posts[nonce] = post
         try:
-            c.ws.send_text(frame)
+            ws.send_text(frame)
         except (OSError, ConnectionClosed):
             del self.posts[nonce]
             self.collector.error("post.send_failed")

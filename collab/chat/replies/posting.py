@@ -230,6 +230,7 @@ def store_post(
                 text=text,
                 html=render_user_markdown(text) if html is None else html,
                 thread=parent,
+                files=len(claimed),  # the history's hint: a reply reads files only where this is > 0
             )
             attached = attachments.attach(message, claimed)
             placeholders = each.create(room, message, assistants, personal, seq + 1)
