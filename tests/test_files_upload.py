@@ -23,7 +23,7 @@ from PIL import Image
 from collab.chat.file_models import Attachment, AttachmentPart
 from collab.chat.files import extract, uploads
 from collab.chat.files.sniff import DOCX
-from collab.chat.models import Membership, Message, Room
+from collab.chat.models import Ban, Membership, Message, Room
 from collab.chat.services import rooms
 from tests import file_samples as samples
 
@@ -114,6 +114,7 @@ def test_an_image_is_stored_reencoded_without_its_metadata_and_with_a_thumbnail(
         "width": 300,
         "height": 400,
         "pages": None,
+        "extract_ms": None,
     }
     with found.file.open("rb") as f:
         stored = Image.open(io.BytesIO(f.read()))
@@ -218,6 +219,7 @@ def test_a_pdf_text_is_extracted_by_page_and_cut_into_parts(settings: Any, room:
     assert response.status_code == 201
     assert response.json()["pages"] == 3
     found = Attachment.objects.get(pk=response.json()["id"])
+    assert response.json()["extract_ms"] == found.extract_ms
     assert [found.page_text(n).split()[:2] for n in (1, 2, 3)] == [["page", "1"], ["page", "2"], ["page", "3"]]
     parts = list(AttachmentPart.objects.filter(attachment=found))
     assert "".join(p.text for p in parts).split() == found.text.split()
@@ -400,6 +402,20 @@ def test_an_upload_not_posted_is_its_uploader_s_alone(room: Room, alice: User, b
     assert get(client_of(bob), body["url"]).status_code == 404
     post_message(room, alice, Attachment.objects.get(pk=body["id"]))
     assert get(client_of(bob), body["url"]).status_code == 200
+
+
+def test_staff_who_view_the_room_read_only_see_its_posted_files(room: Room, alice: User) -> None:
+    staff = User.objects.create_user("dana", password="pw-dana-123", is_staff=True)
+    posted = upload(client_of(alice), room, "shot.png", samples.png_with_text()).json()
+    post_message(room, alice, Attachment.objects.get(pk=posted["id"]))
+    draft = upload(client_of(alice), room, "draft.png", samples.png_with_text()).json()
+    viewer = client_of(staff)
+    assert get(viewer, posted["url"]).status_code == 200  # the page shows them its messages
+    assert get(viewer, posted["thumb_url"]).status_code == 200
+    assert get(viewer, draft["url"]).status_code == 404  # an upload not posted: alice's alone
+    refused(upload(viewer, room, "a.txt", b"a"), 404, "room.forbidden")  # reading is not posting
+    Ban.objects.create(room=room, user=staff, by=alice)
+    assert get(viewer, posted["url"]).status_code == 404
 
 
 def test_a_deleted_or_personal_message_s_file_is_not_served(
