@@ -232,20 +232,20 @@ def test_paste_an_image_drop_a_pdf_send_and_everyone_sees_them(
     for url in (image_url, thumb_url, pdf_url):
         assert dave.request.get(f"{site.url}{url}").status == 404, url
 
-    # @a's request: the chart as an image part, the PDF's text.
+    # @a's answer in, the README's picture, and axe on the room with its files.
     finished(alice, 1)
+    mine.scroll_into_view_if_needed()
+    screenshot(alice, "files")
+    violations = [v for v in axe_violations(alice) if v["id"] != "heading-order"]  # the model's own headings
+    assert violations == [], violations
+
+    # @a's request: the chart as an image part, the PDF's text.
     request = asked(sim_app[1], "what is wrong in this chart")
     images = [p for p in parts(request) if p.get("type") == "image_url"]
     assert len(images) == 1, images
     assert images[0]["image_url"]["url"].startswith(("data:image/", "http"))
     text = " ".join(str(p.get("text", "")) for p in parts(request) if p.get("type") == "text")
     assert PLAN_WORDS in text
-
-    # The README's picture, and axe on the room with its files.
-    mine.scroll_into_view_if_needed()
-    screenshot(alice, "files")
-    violations = [v for v in axe_violations(alice) if v["id"] != "heading-order"]  # the model's own headings
-    assert violations == [], violations
 
 
 def test_a_refused_file_says_why_and_goes_before_sending(chromium: Any, site: Any) -> None:
