@@ -26,6 +26,7 @@ from tests.browser.conftest import (
     finished,
     open_room,
     screenshot,
+    send,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(180)]
@@ -54,18 +55,18 @@ PASTE_CHART = """async (selector) => {
 }"""
 
 # Dragging a file over the room (the drop zone shows), then dropping it on the messages.
-DRAG_IN = """({b64, name, type}) => {
+DRAG_IN = """({b64, name, type, on}) => {
   const bytes = Uint8Array.from(atob(b64), ch => ch.charCodeAt(0));
   const data = new DataTransfer();
   data.items.add(new File([bytes], name, {type}));
   window.dragged = data;
-  const over = document.querySelector('#messages');
+  const over = document.querySelector(on);
   over.dispatchEvent(new DragEvent('dragenter', {dataTransfer: data, bubbles: true, cancelable: true}));
   over.dispatchEvent(new DragEvent('dragover', {dataTransfer: data, bubbles: true, cancelable: true}));
 }"""
-DROP = """() => {
+DROP = """(on) => {
   const drop = new DragEvent('drop', {dataTransfer: window.dragged, bubbles: true, cancelable: true});
-  document.querySelector('#messages').dispatchEvent(drop);
+  document.querySelector(on).dispatchEvent(drop);
   return drop.defaultPrevented;
 }"""
 
@@ -169,9 +170,10 @@ def test_paste_an_image_drop_a_pdf_send_and_everyone_sees_them(
     held: list[Any] = []
     alice.route(upload_url(alice), lambda route: held.append(route))
     pdf = pdf_with(PLAN_WORDS)
-    alice.evaluate(DRAG_IN, {"b64": base64.b64encode(pdf).decode(), "name": "plan.pdf", "type": "application/pdf"})
+    dragged = {"b64": base64.b64encode(pdf).decode(), "name": "plan.pdf", "type": "application/pdf", "on": "#messages"}
+    alice.evaluate(DRAG_IN, dragged)
     assert alice.locator("#composer .drop-zone").is_visible()
-    assert alice.evaluate(DROP) is True
+    assert alice.evaluate(DROP, "#messages") is True
     assert not alice.locator("#composer .drop-zone").is_visible()
     plan = chips.filter(has_text="plan.pdf")
     plan.wait_for()
@@ -308,3 +310,37 @@ def test_a_refused_file_says_why_and_goes_before_sending(chromium: Any, site: An
     box.press("Enter")
     alice.locator("#messages article[data-role=user]", has_text="here are my notes").wait_for()
     alice.wait_for_function("() => document.querySelector('#message-box').value === ''")
+
+
+def test_files_in_a_thread_go_to_its_box_and_may_go_without_text(chromium: Any, site: Any) -> None:
+    alice = open_room(chromium, site, "alice")
+    send(alice, "Screenshots of the release go in this thread")
+    parent = alice.locator("#messages article[data-role=user]", has_text="Screenshots of the release").last
+    parent.wait_for()
+    parent.hover()
+    parent.get_by_role("button", name="Reply in thread").click()
+    alice.locator("#thread .thread-view").wait_for()
+    parent_id = str(parent.get_attribute("id")).removeprefix("msg-")
+    chips = alice.locator("#thread-composer .file-chip")
+    assert alice.locator("#thread-composer .attach-button").is_visible()
+
+    # Pasted into the thread's box, and a PDF dropped on the thread: both are the thread's.
+    assert alice.evaluate(PASTE_CHART, "#thread-box") is True
+    pdf = pdf_with("Release notes")
+    dragged = {"b64": base64.b64encode(pdf).decode(), "name": "notes.pdf", "type": "application/pdf"}
+    alice.evaluate(DRAG_IN, {**dragged, "on": f"#thread-{parent_id}-list"})
+    assert alice.locator("#thread-composer .drop-zone").is_visible()
+    assert alice.evaluate(DROP, f"#thread-{parent_id}-list") is True
+    alice.wait_for_function(
+        "() => document.querySelectorAll('#thread-composer .file-chip[data-state=done]').length === 2"
+    )
+    assert alice.locator("#composer .file-chip").count() == 0
+
+    # Sent with no text: the thread shows the files; the chips go.
+    alice.locator("#thread-box").press("Enter")
+    reply = alice.locator(f"#thread-{parent_id}-list article[data-role=user]").last
+    reply.locator("a[data-lightbox] img").wait_for()
+    reply.locator("a[href*='/f/']:not([data-lightbox])", has_text="notes.pdf").wait_for()
+    alice.wait_for_function("() => !document.querySelector('#thread-composer .file-chip')")
+    assert chips.count() == 0
+    assert alice.locator("#messages article[data-thread]").count() == 0  # not in the room's list
