@@ -149,7 +149,7 @@ def test_paste_an_image_drop_a_pdf_send_and_everyone_sees_them(
     chromium: Any, site: Any, sim_app: tuple[str, SimulatorApp]
 ) -> None:
     site.shell(DAVE)
-    alice = open_room(chromium, site, "alice", viewport={"width": 1280, "height": 820})
+    alice = open_room(chromium, site, "alice", viewport={"width": 1280, "height": 960})
     bob = open_room(chromium, site, "bob")
     chips, send_button = alice.locator("#composer .file-chip"), alice.locator("#composer button[type=submit]")
     assert "Up to 10 files" in alice.locator("#composer-file-limits").inner_text()  # said before any file
@@ -236,9 +236,11 @@ def test_paste_an_image_drop_a_pdf_send_and_everyone_sees_them(
 
     # @a's answer in, the README's picture, and axe on the room with its files.
     finished(alice, 1)
-    mine.scroll_into_view_if_needed()
     box.focus()
     alice.mouse.move(1, 1)  # no article hovered: no toolbar over the picture
+    alice.wait_for_function(
+        "() => [...document.querySelectorAll('.msg > .tools')].every(t => getComputedStyle(t).opacity === '0')"
+    )
     screenshot(alice, "files")
     violations = [v for v in axe_violations(alice) if v["id"] != "heading-order"]  # the model's own headings
     assert violations == [], violations
