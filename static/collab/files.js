@@ -73,6 +73,7 @@
     var img = chip.querySelector(".file-preview img"), label = chip.querySelector(".file-kind");
     if (/^image\//.test(file.type) && window.URL && URL.createObjectURL) {
       item.url = URL.createObjectURL(file); // revoked when the chip goes
+      img.addEventListener("error", function () { img.hidden = true; label.hidden = false; }); // a type this browser cannot show
       img.src = item.url;
       img.hidden = false;
       label.hidden = true;
@@ -143,14 +144,19 @@
     var s = stateOf(f), list = Array.prototype.slice.call(files || []);
     if (!list.length || f.querySelector("textarea").disabled) return;
     var maxFiles = limit(f, "files"), maxBytes = limit(f, "file-bytes"), maxTotal = limit(f, "message-bytes");
+    // Past the number a message may carry: said once, no chip for each (a folder's worth).
+    var room = Math.max(0, maxFiles - s.items.filter(function (i) { return i.state !== "error"; }).length);
+    if (list.length > room) {
+      say(f, "A message carries at most " + maxFiles + " files: " + (list.length - room) + " of these " + (list.length - room === 1 ? "was" : "were") + " not attached.");
+      list = list.slice(0, room);
+    }
     list.forEach(function (file) {
       var kept = s.items.filter(function (i) { return i.state !== "error"; });
       var total = kept.reduce(function (n, i) { return n + i.file.size; }, 0);
       var item = { file: file, id: null, xhr: null, state: "uploading", error: null, url: null };
       item.chip = chipFor(f, item);
       s.items.push(item);
-      if (kept.length >= maxFiles) fail(f, item, "A message carries at most " + maxFiles + " files: remove one to attach this one.");
-      else if (file.size > maxBytes) fail(f, item, "This file is " + size(file.size) + "; a file may be at most " + size(maxBytes) + ".");
+      if (file.size > maxBytes) fail(f, item, "This file is " + size(file.size) + "; a file may be at most " + size(maxBytes) + ".");
       else if (total + file.size > maxTotal) fail(f, item, "With this one the message's files would be " + size(total + file.size) + "; at most " + size(maxTotal) + " in all.");
       else upload(f, item);
     });
@@ -295,6 +301,11 @@
     depth = Math.max(0, depth - 1);
     if (!depth) dragging(false, null);
   });
+  // A drag that ended elsewhere (dropped outside the window) may leave no dragleave for
+  // the page: the next move of the pointer over it clears the drop zones.
+  doc.addEventListener("mousemove", function () {
+    if (depth || doc.body.classList.contains("dragging-files")) { depth = 0; dragging(false, null); }
+  });
   doc.addEventListener("drop", function (e) {
     if (!dragsFiles(e)) return;
     e.preventDefault();
@@ -306,7 +317,7 @@
 
   // A thread's box arrives with its panel: its attach button shows as the room's did.
   function enable(root) {
-    root.querySelectorAll("form[data-upload-url] .attach").forEach(function (el) { el.hidden = false; });
+    root.querySelectorAll("form[data-upload-url] .attach, form[data-upload-url] .file-limits").forEach(function (el) { el.hidden = false; });
   }
   doc.addEventListener("htmx:afterSwap", function (e) { if (e.detail && e.detail.target) enable(e.detail.target); });
 

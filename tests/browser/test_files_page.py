@@ -308,6 +308,15 @@ def test_a_refused_file_says_why_and_goes_before_sending(chromium: Any, site: An
     assert chips.count() == 0
     alice.unroute_all(behavior="ignoreErrors")
 
+    # More files than a message carries: those past the limit are not attached, said once.
+    alice.locator("#composer").evaluate("f => f.setAttribute('data-max-files', '1')")
+    two = [{"name": f"{n}.txt", "mimeType": "text/plain", "buffer": b"words"} for n in ("one", "two")]
+    alice.locator("#composer-file-input").set_input_files(two)
+    chips.filter(has_text="one.txt").and_(alice.locator("[data-state=done]")).wait_for()
+    assert chips.count() == 1
+    assert "1 of these was not attached" in alice.locator("#composer-file-status").inner_text()
+    chips.locator(".file-remove").click()
+
     # Without files the box is as before: text is required, and the message goes.
     box.press("Enter")
     alice.locator("#messages article[data-role=user]", has_text="here are my notes").wait_for()
