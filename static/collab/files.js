@@ -51,10 +51,15 @@
     var m = /(?:^|;\s*)csrftoken=([^;]+)/.exec(doc.cookie);
     return m ? decodeURIComponent(m[1]) : "";
   }
-  function say(f, text) {
+  // The box's word on its files (a polite live region): a warning (a refusal, a send
+  // that waits) stays until the member acts, over news such as "attached".
+  function say(f, text, warn) {
     var el = f.querySelector(".file-status");
-    if (el) el.textContent = text;
+    if (!el || (!warn && text && el.hasAttribute("data-warn"))) return;
+    el.textContent = text;
+    if (warn) el.setAttribute("data-warn", warn); else el.removeAttribute("data-warn");
   }
+  function unwarn(f) { var el = f.querySelector(".file-status"); if (el) el.removeAttribute("data-warn"); }
   function uploading(item) { return item.state === "uploading" || item.state === "processing"; }
 
   // --- the chips ------------------------------------------------------------------------------------
@@ -92,7 +97,7 @@
     item.error = message;
     item.chip.querySelector(".file-error").textContent = message;
     item.chip.querySelector(".file-progress").hidden = true;
-    say(f, message);
+    say(f, (item.file.name || "The file") + ": " + message, "refused");
     refresh(f);
   }
   function done(f, item, body) {
@@ -101,6 +106,8 @@
     var bar = item.chip.querySelector(".file-progress");
     bar.value = bar.max;
     bar.setAttribute("aria-label", (item.file.name || "The file") + " uploaded");
+    var status = f.querySelector(".file-status");
+    if (status && status.getAttribute("data-warn") === "wait" && !stateOf(f).items.some(uploading)) unwarn(f); // it may go now
     say(f, (body.name || item.file.name) + " is attached.");
     refresh(f);
   }
@@ -147,7 +154,7 @@
     // Past the number a message may carry: said once, no chip for each (a folder's worth).
     var room = Math.max(0, maxFiles - s.items.filter(function (i) { return i.state !== "error"; }).length);
     if (list.length > room) {
-      say(f, "A message carries at most " + maxFiles + " files: " + (list.length - room) + " of these " + (list.length - room === 1 ? "was" : "were") + " not attached.");
+      say(f, "A message carries at most " + maxFiles + " files: " + (list.length - room) + " of these " + (list.length - room === 1 ? "was" : "were") + " not attached.", "refused");
       list = list.slice(0, room);
     }
     list.forEach(function (file) {
@@ -199,12 +206,13 @@
     delete params.files;
     if (!s.items.length) return;
     var why = null;
-    if (s.items.some(uploading)) why = "Wait a moment: the files are still uploading. Send once they are done.";
+    var kind = "refused";
+    if (s.items.some(uploading)) { why = "Wait a moment: the files are still uploading. Send once they are done."; kind = "wait"; }
     else if (s.items.some(function (i) { return i.state === "error"; })) why = "A file could not be attached: remove it (×) before sending.";
     if (why) {
       e.preventDefault();
       e.stopPropagation();
-      say(f, why);
+      say(f, why, kind);
       var first = f.querySelector(".file-chip[data-state=error] .file-remove");
       if (first && !s.items.some(uploading)) first.focus();
       return;
@@ -230,6 +238,7 @@
       s.sent = s.sent.filter(function (sent) {
         if (!sent.client || !doc.querySelector('article[data-client-id="' + sent.client + '"]')) return true;
         sent.items.forEach(function (i) { remove(f, i); });
+        unwarn(f);
         say(f, "");
         return false;
       });
@@ -248,6 +257,7 @@
     var item = s.items.filter(function (i) { return i.chip === chip; })[0];
     if (!item) return;
     var at = remove(f, item), next = s.items[Math.min(at, s.items.length - 1)];
+    unwarn(f);
     say(f, (item.file.name || "The file") + " removed.");
     // The focus stays in the chips while there are some, else back to the box.
     if (next) next.chip.querySelector(".file-remove").focus();
