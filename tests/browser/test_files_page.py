@@ -1,6 +1,6 @@
 """Files in the room, in Chromium (issue 36; docs/wire.md, "Files" and "Attachment markup"):
 alice pastes a chart into the box and drops a PDF on the room; each uploads at once as a
-chip with a progress bar (Send waits for it); sent with a question to @a, the message shows
+chip with a progress bar (Send waits for it); sent with a question to @look, the message shows
 the image as a thumbnail and the PDF as a card on her page and bob's, live; the thumbnail
 opens large in a dialog; dave, not a member, gets 404 for the file; and the model's request
 (the simulated model's record) holds the image as an `image_url` part and the PDF's text.
@@ -32,7 +32,7 @@ from tests.browser.conftest import (
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(180)]
 
 PLAN_WORDS = "Parser release planned for Friday the twelfth"
-QUESTION = "@a what is wrong in this chart, and when does the plan ship?"
+QUESTION = "@look what is wrong in this chart, and when does the plan ship?"
 
 # A chart drawn in the page, as a screenshot would be, pasted into the box as a PNG file.
 PASTE_CHART = """async (selector) => {
@@ -70,10 +70,17 @@ DROP = """(on) => {
   return drop.defaultPrevented;
 }"""
 
-DAVE = f"""
+# dave: no member of the room. @look: an assistant with a short answer (the simulated
+# model's line saying what it got, then a few words), so that the picture holds it whole.
+SETUP = f"""
 from django.contrib.auth.models import User
-if not User.objects.filter(username="dave").exists():
-    User.objects.create_user("dave", password="{PASSWORD}")
+from collab.chat.models import Assistant, Room
+from collab.chat.services import providers
+User.objects.create_user("dave", password="{PASSWORD}")
+provider = providers.ensure_default_assistant().provider
+look = Assistant.objects.create(handle="look", display_name="Look", provider=provider, model="sim", max_tokens=40,
+                                available_to="everyone")
+Room.objects.get(slug="lab").assistants.add(look)
 """
 
 
@@ -148,7 +155,7 @@ def held_upload(page: Any, held: list[Any]) -> Any:
 def test_paste_an_image_drop_a_pdf_send_and_everyone_sees_them(
     chromium: Any, site: Any, sim_app: tuple[str, SimulatorApp]
 ) -> None:
-    site.shell(DAVE)
+    site.shell(SETUP)
     alice = open_room(chromium, site, "alice", viewport={"width": 1280, "height": 960})
     bob = open_room(chromium, site, "bob")
     chips, send_button = alice.locator("#composer .file-chip"), alice.locator("#composer button[type=submit]")
@@ -234,9 +241,10 @@ def test_paste_an_image_drop_a_pdf_send_and_everyone_sees_them(
     for url in (image_url, thumb_url, pdf_url):
         assert dave.request.get(f"{site.url}{url}").status == 404, url
 
-    # @a's answer in, the README's picture, and axe on the room with its files.
+    # @look's answer in, the README's picture, and axe on the room with its files.
     finished(alice, 1)
     box.focus()
+    alice.locator("#messages").evaluate("list => { list.scrollTop = list.scrollHeight; }")
     alice.mouse.move(1, 1)  # no article hovered: no toolbar over the picture
     alice.wait_for_function(
         "() => [...document.querySelectorAll('.msg > .tools')].every(t => getComputedStyle(t).opacity === '0')"
@@ -245,11 +253,13 @@ def test_paste_an_image_drop_a_pdf_send_and_everyone_sees_them(
     violations = [v for v in axe_violations(alice) if v["id"] != "heading-order"]  # the model's own headings
     assert violations == [], violations
 
-    # @a's request: the chart as an image part, the PDF's text.
+    # @look's request: the chart as an image part, the PDF's text.
     request = asked(sim_app[1], "what is wrong in this chart")
     images = [p for p in parts(request) if p.get("type") == "image_url"]
     assert len(images) == 1, images
-    assert images[0]["image_url"]["url"].startswith(("data:image/", "http"))
+    assert images[0]["image_url"]["url"].startswith("data:image/")  # the provider's default: data URLs
+    seen = request["images"]  # the simulator's record of each: type, size, pixels
+    assert [(i["width"], i["height"]) for i in seen] == [(640, 360)], seen  # the chart as it was pasted
     text = " ".join(str(p.get("text", "")) for p in parts(request) if p.get("type") == "text")
     assert PLAN_WORDS in text
 
