@@ -271,9 +271,8 @@ def test_a_refused_file_says_why_and_goes_before_sending(chromium: Any, site: An
     # By the keyboard: the Attach button opens the file chooser. A page disguised as a PNG
     # is refused by the server, by its content; the chip says what the server said.
     attach = alice.get_by_role("button", name="Attach files")
-    attach.focus()
     with alice.expect_file_chooser() as chooser:
-        alice.keyboard.press("Enter")
+        attach.press("Enter")  # focused, then Enter
     with alice.expect_response(upload_url(alice)) as answer:
         chooser.value.set_files(
             [{"name": "notes.png", "mimeType": "image/png", "buffer": b"<html><script>alert(1)</script></html>"}]
