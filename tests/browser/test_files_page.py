@@ -156,7 +156,7 @@ def test_paste_an_image_drop_a_pdf_send_and_everyone_sees_them(
     chromium: Any, site: Any, sim_app: tuple[str, SimulatorApp]
 ) -> None:
     site.shell(SETUP)
-    alice = open_room(chromium, site, "alice", viewport={"width": 1280, "height": 960})
+    alice = open_room(chromium, site, "alice", viewport={"width": 1280, "height": 800})
     bob = open_room(chromium, site, "bob")
     chips, send_button = alice.locator("#composer .file-chip"), alice.locator("#composer button[type=submit]")
     assert "Up to 10 files" in alice.locator("#composer-file-limits").inner_text()  # said before any file
