@@ -52,7 +52,8 @@
     return m ? decodeURIComponent(m[1]) : "";
   }
   // The box's word on its files (a polite live region): a warning (a refusal, a send
-  // that waits) stays until the member acts, over news such as "attached".
+  // that waits) stays until the member acts, over news such as "attached". Shown only
+  // when it says what no chip shows (collab.css); heard always.
   function say(f, text, warn) {
     var el = f.querySelector(".file-status");
     if (!el || (!warn && text && el.hasAttribute("data-warn"))) return;
@@ -97,7 +98,7 @@
     item.error = message;
     item.chip.querySelector(".file-error").textContent = message;
     item.chip.querySelector(".file-progress").hidden = true;
-    say(f, (item.file.name || "The file") + ": " + message, "refused");
+    say(f, (item.file.name || "The file") + ": " + message, "chip");
     refresh(f);
   }
   function done(f, item, body) {
