@@ -5,7 +5,8 @@
 //
 // - The box: Enter sends, Shift+Enter breaks the line, @ completes assistant handles; it
 //   is cleared only once the server has the message (its article arrives with our
-//   client_id), a length counter near the limit, nothing sent over it.
+//   client_id), a length counter near the limit, nothing sent over it. Its files are
+//   files.js's: with files attached, the text may be empty.
 // - Streaming replies (formatted by stream.js): updated at most once per animation frame.
 // - Following the end unless the reader scrolled up ("new messages" button, in a row of its
 //   own); sending always brings the reader back to the end; errors that can be dismissed
@@ -35,6 +36,7 @@
     return h.slice(0, 8) + "-" + h.slice(8, 12) + "-" + h.slice(12, 16) + "-" + h.slice(16, 20) + "-" + h.slice(20);
   }
   window.collabIds = { uuid4: uuid4 }; // threads.js's posts too
+  function withFiles(f) { return !!(window.collabFiles && window.collabFiles.count(f)); } // files.js's chips
   function count(text) { return Array.from(text).length; } // characters, as the server counts them
   function number(n) { return n.toLocaleString("en-US"); }
 
@@ -114,7 +116,7 @@
     var f = form();
     if (!f || e.target !== f) return;
     var params = e.detail.parameters, text = String(params.text || "").trim(), n = count(text), max = maxChars();
-    if (!text) { e.preventDefault(); return; }
+    if (!text && !withFiles(f)) { e.preventDefault(); return; } // files.js: files go without text
     if (n > max) {
       e.preventDefault();
       showError("message.too_long", "A message is at most " + number(max) + " characters; this one has " + number(n) + ". Shorten it, then send it again.");
@@ -199,7 +201,7 @@
     }
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
-      if (f.text.value.trim()) f.requestSubmit();
+      if (f.text.value.trim() || withFiles(f)) f.requestSubmit();
     }
   }
   var sock = null, typing = window.collabTyping;

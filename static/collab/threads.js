@@ -25,6 +25,7 @@
   function uuid4() { return window.collabIds.uuid4(); } // collab.js's: a post's client_id
   function seqOf(a) { return Number(a.getAttribute("data-slot-seq") || a.getAttribute("data-seq")); }
   function children(el) { return Array.prototype.slice.call(el.querySelectorAll(":scope > article[id]")); }
+  function withFiles(f) { return !!(window.collabFiles && window.collabFiles.count(f)); } // files.js's chips
   function streaming(a) { return a.getAttribute("data-status") === "streaming"; }
 
   // #thread-live's articles: into the open thread's list (in place of its copy), kept
@@ -141,14 +142,14 @@
     if (!f || e.target !== f.text) return;
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
-      if (f.text.value.trim()) f.requestSubmit();
+      if (f.text.value.trim() || withFiles(f)) f.requestSubmit();
     }
   });
   doc.addEventListener("htmx:wsConfigSend", function (e) {
     var f = box();
     if (!f || e.target !== f) return;
     var params = e.detail.parameters, text = String(params.text || "").trim();
-    if (!text) { e.preventDefault(); return; }
+    if (!text && !withFiles(f)) { e.preventDefault(); return; } // files.js: files go without text
     params.thread = Number(f.getAttribute("data-thread"));
     pending = String(params.client_id).toLowerCase();
   });
