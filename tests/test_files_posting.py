@@ -117,7 +117,11 @@ async def test_a_post_with_files_reaches_every_member_and_the_snapshot(world: Wo
     ((href, file_id, src, attrs),) = THUMB.findall(new)
     assert (href, int(file_id), src) == (f"/r/lab/f/{shot.pk}/shot.png", shot.pk, f"/r/lab/f/{shot.pk}/thumb")
     assert 'width="40" height="30" alt="shot.png" loading="lazy"' in attrs
-    assert 'target="_blank" rel="noopener"' in new and f'href="/r/lab/f/{shot.pk}/shot.png"' in new and "data-lightbox" in new
+    assert (
+        'target="_blank" rel="noopener"' in new
+        and f'href="/r/lab/f/{shot.pk}/shot.png"' in new
+        and "data-lightbox" in new
+    )
     ((href, file_id, inner),) = CARD.findall(new)
     assert int(file_id) == spec.pk and href == f"/r/lab/f/{spec.pk}/spec%20%3Cv2%3E.pdf"
     assert "spec &lt;v2&gt;.pdf" in inner and ">PDF<" in inner and "bytes" in inner and "<v2>" not in new

@@ -111,7 +111,7 @@ async def upload(request: HttpRequest, slug: str) -> HttpResponse:
     # thread of their own, and a post or a reply of the process never waits for them
     # (docs/benchmarks/2026-12-06.md#b-files).
     me = await request.auser()
-    membership = await sync_to_async(_membership)(slug, me.pk)
+    membership = await sync_to_async(_membership)(slug, me.pk) if me.pk is not None else None
     if membership is None:  # the same answer for "no such room": which rooms exist is nobody's business
         return _error("room.forbidden", "No such room, or you are not a member.", 404)
     try:
