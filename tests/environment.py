@@ -16,9 +16,15 @@ import secrets
 os.environ.setdefault("DJANGO_SECRET_KEY", "tests-" + secrets.token_urlsafe(50))
 os.environ.setdefault("COLLAB_HTTPS", "0")
 
-# Members' files (collab/chat/file_models.py) go to a folder of this run, never the
-# checkout's media/; every process a test starts stores in the same one.
-if "COLLAB_MEDIA_ROOT" not in os.environ:
+# Members' files (collab/chat/file_models.py) go to a folder of this test process, never
+# the checkout's media/: one per pytest-xdist worker (tests count the files stored), and
+# every process a test starts (Daphne, the load test) stores in its test process's one.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if os.environ.get("COLLAB_TEST_MEDIA_OF") != _worker or "COLLAB_MEDIA_ROOT" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
-    os.environ["COLLAB_MEDIA_ROOT"] = tempfile.mkdtemp(prefix="collab-media-")
+    os.environ["COLLAB_MEDIA_ROOT"] = _media = tempfile.mkdtemp(prefix=f"collab-media-{_worker or 'main'}-")
+    os.environ["COLLAB_TEST_MEDIA_OF"] = _worker
+    atexit.register(shutil.rmtree, _media, ignore_errors=True)
