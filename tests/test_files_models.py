@@ -31,7 +31,7 @@ from collab.chat.files.for_models import IMAGE_PARTS, read_files
 from collab.chat.models import Assistant, Membership, Message, Room
 from collab.chat.replies.jobs import read_history, reply_jobs
 from collab.chat.replies.tools import BUILTINS, Toolbox
-from collab.llm.client import content_text
+from collab.llm.content import content_text
 from tests.conftest import World, make_assistant, member
 from tests.test_agents import run_to_end
 

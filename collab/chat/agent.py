@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from collab.llm import Finish, Item, Thought, ToolCall, Usage
-from collab.llm.client import ChatMessage, prompt_estimate, with_text
+from collab.llm.client import ChatMessage
+from collab.llm.content import prompt_estimate, with_text
 from collab.llm.pool import SharedSlots, stream_reply
 
 if TYPE_CHECKING:

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 from collab.chat.markup import STEER_MARK
 from collab.llm import Usage
-from collab.llm.client import ChatMessage, Item, prompt_estimate
+from collab.llm.client import ChatMessage, Item
+from collab.llm.content import prompt_estimate
 
 GRACE_CHARS = 200  # how far past the note a sentence's end is waited for; then a word's end
 WAIT_S = 3.0  # a stream silent this long after the note (or since its last read) is cut as it stands

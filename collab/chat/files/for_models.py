@@ -32,7 +32,7 @@ from django.db.models.functions import Length
 from collab.chat.file_models import Attachment, AttachmentPart
 from collab.chat.files import ranking
 from collab.chat.files.signing import public_base, signed_url
-from collab.llm.client import IMAGE_CHARS
+from collab.llm.content import IMAGE_CHARS
 
 if TYPE_CHECKING:
     from collab.chat.context import Said

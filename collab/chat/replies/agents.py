@@ -13,7 +13,7 @@ from collab.chat.agent import AgentPlan
 from collab.chat.generation import ReplyJob
 from collab.chat.models import Assistant, Message, Room
 from collab.chat.replies.tools import toolbox_for
-from collab.llm.client import with_text
+from collab.llm.content import with_text
 
 # `@critic review @planner`: the first reviews the second's latest answer; only the first is asked.
 _REVIEW = re.compile(r"@([A-Za-z0-9_-]{1,32})\s+review\s+@([A-Za-z0-9_-]{1,32})", re.IGNORECASE)

@@ -31,7 +31,8 @@ from collab.chat.replies.jobs import reply_jobs
 from collab.chat.replies.sink import RoomSink
 from collab.chat.services import budgets
 from collab.chat.services.providers import deployment_slots
-from collab.llm.client import ChatMessage, prompt_estimate
+from collab.llm.client import ChatMessage
+from collab.llm.content import prompt_estimate
 
 log = logging.getLogger(__name__)
 

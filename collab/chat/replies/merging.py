@@ -30,7 +30,7 @@ from collab.chat.replies import each
 from collab.chat.replies.jobs import create_placeholders, reply_jobs, start_and_announce
 from collab.chat.services import availability, budgets, threads, unread, votes
 from collab.chat.services.rooms import allocate_seqs
-from collab.llm.client import content_chars
+from collab.llm.content import content_chars
 
 _HANDLE = re.compile(r"@?([A-Za-z0-9][A-Za-z0-9_-]{0,31})")
 

@@ -27,7 +27,7 @@ from collab.chat.prepared import Prepared, PreparedUpdate
 from collab.chat.replies import early
 from collab.chat.services import budgets
 from collab.chat.services.providers import reply_cost
-from collab.llm.client import prompt_estimate
+from collab.llm.content import prompt_estimate
 
 log = logging.getLogger(__name__)
 
