@@ -18,9 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.core.files.uploadedfile import UploadedFile
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.http.response import HttpResponseBase
 from django.utils.cache import patch_cache_control
@@ -90,38 +89,21 @@ async def _take_upload_token(user_id: int) -> None:
         raise FileRefused("file.rate", "You are uploading files too fast; wait a moment.")
 
 
-def _membership(slug: str, user_id: int) -> Membership | None:
-    return Membership.objects.select_related("room", "user").filter(room__slug=slug, user_id=user_id).first()
-
-
-def _uploaded(request: HttpRequest) -> UploadedFile:
-    uploaded = request.FILES.get("file")  # parsed here, or already by the CSRF check
-    if getattr(request, handlers.MARK, False):
-        raise uploads.too_large()
-    if uploaded is None:
-        raise FileRefused("file.missing", "Send one file in the form field `file`.")
-    return uploaded
-
-
 @require_POST
-async def upload(request: HttpRequest, slug: str) -> HttpResponse:
-    # Async, so that only the two short database reads and writes take the database
-    # thread (sync_to_async's default, thread-sensitive: Django's own request cleanup
-    # closes its connection): reading, re-encoding and extracting (seconds for a large PDF) run on a
-    # thread of their own, and a post or a reply of the process never waits for them
-    # (docs/benchmarks/2026-12-06.md#b-files).
-    me = await request.auser()
-    membership = await sync_to_async(_membership)(slug, me.pk) if me.pk is not None else None
+def upload(request: HttpRequest, slug: str) -> HttpResponse:
+    me = access.user(request)
+    membership = Membership.objects.select_related("room").filter(room__slug=slug, user_id=me.pk).first()
     if membership is None:  # the same answer for "no such room": which rooms exist is nobody's business
         return _error("room.forbidden", "No such room, or you are not a member.", 404)
     try:
         room_actions.check_open(membership.room)
-        await _take_upload_token(membership.user_id)
-        uploaded = await sync_to_async(_uploaded, thread_sensitive=False)(request)
-        prepared = await sync_to_async(uploads.prepare, thread_sensitive=False)(
-            membership.room, membership.user, uploaded
-        )
-        attachment = await sync_to_async(uploads.commit)(prepared)
+        async_to_sync(_take_upload_token)(me.pk)
+        uploaded = request.FILES.get("file")  # parsed here, or already by the CSRF check
+        if getattr(request, handlers.MARK, False):
+            raise uploads.too_large()
+        if uploaded is None:
+            raise FileRefused("file.missing", "Send one file in the form field `file`.")
+        attachment = uploads.intake(membership.room, me, uploaded)
     except ClientError as exc:
         retry = float(settings.COLLAB["UPLOAD_REFILL_S"]) if exc.code == "file.rate" else None
         return _error(exc.code, exc.message, STATUS.get(exc.code, 400), retry)

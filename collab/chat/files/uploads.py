@@ -6,19 +6,13 @@ from the content, re-encodes an image or extracts a document's text, and only th
 stores the bytes and writes the Attachment and its parts in one transaction. Should any
 step fail, nothing is left: no row, and the bytes already written to the storage are
 deleted again. The caller (collab/chat/file_views.py) has checked the member, the room
-and the upload rate.
-
-It comes in two halves, so that the slow one never holds the database thread (the one
-every post and reply of the process waits on): `prepare` (read, sniff, re-encode or
-extract, write the bytes; seconds for a large PDF) runs on a thread of its own, and
-`commit` (the rows, one transaction) on the database thread.
+and the upload rate; this runs on the request's thread, never on the event loop.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -67,25 +61,10 @@ def _read(uploaded: UploadedFile) -> bytes:
     return bytes(data)
 
 
-@dataclass
-class Prepared:
-    """An upload checked and made safe, its bytes written, its rows not yet saved."""
-
-    attachment: Attachment
-    parts: list[extract.Part]
-    written: list[str]
-
-
 def intake(room: Room, user: User, uploaded: UploadedFile) -> Attachment:
     """The upload stored as an Attachment of `room` by `user`, not yet posted; raises
     FileRefused (file.too_large, file.type_refused, file.corrupt, file.encrypted,
-    file.too_complex) with nothing stored. Both halves on this thread."""
-    return commit(prepare(room, user, uploaded))
-
-
-def prepare(room: Room, user: User, uploaded: UploadedFile) -> Prepared:
-    """Read, check, re-encode or extract, and write the bytes (no database); raises as
-    `intake` with nothing left behind."""
+    file.too_complex) with nothing stored."""
     data = _read(uploaded)
     if not data:
         raise FileRefused("file.corrupt", "This file is empty.")
@@ -109,33 +88,20 @@ def prepare(room: Room, user: User, uploaded: UploadedFile) -> Prepared:
         attachment.text, attachment.page_starts, attachment.extract_ms = text.text, text.page_starts, text.extract_ms
         found = extract.parts(text.text, text.page_starts)
     attachment.size = len(data)
+    return _store(attachment, data, thumb, found)
+
+
+def _store(attachment: Attachment, data: bytes, thumb: bytes | None, found: list[extract.Part]) -> Attachment:
+    storage = attachment.file.storage
     written: list[str] = []
     try:
-        # The bytes first (the names are random: nobody can reach them before the row
-        # exists), then the rows (commit); a failure anywhere deletes what was written.
+        # The bytes first (the names are random: nobody can reach them before the row exists),
+        # then the rows in one transaction; a failure anywhere deletes what was written.
         attachment.file.save("upload", ContentFile(data), save=False)
         written.append(attachment.file.name)
         if thumb is not None:
             attachment.thumb.save("thumb", ContentFile(thumb), save=False)
             written.append(attachment.thumb.name)
-    except BaseException:
-        discard(Prepared(attachment, found, written))
-        raise
-    return Prepared(attachment, found, written)
-
-
-def discard(prepared: Prepared) -> None:
-    """Delete the bytes a prepared upload wrote (its rows were never saved)."""
-    storage = prepared.attachment.file.storage
-    for name in prepared.written:
-        storage.delete(name)
-
-
-def commit(prepared: Prepared) -> Attachment:
-    """Save the prepared upload's rows in one transaction (the database thread); on any
-    failure its bytes are deleted and nothing is left."""
-    attachment, found = prepared.attachment, prepared.parts
-    try:
         with transaction.atomic():
             attachment.save()
             AttachmentPart.objects.bulk_create(
@@ -145,6 +111,7 @@ def commit(prepared: Prepared) -> Attachment:
                 for p in found
             )
     except BaseException:
-        discard(prepared)
+        for name in written:
+            storage.delete(name)
         raise
     return attachment
