@@ -17,11 +17,14 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.servers import ROOT, Daphne, free_port, login, manage, start_daphne
+
+if TYPE_CHECKING:
+    from collab.simulator.app import SimulatorApp
 
 ARTIFACTS = Path(os.environ.get("COLLAB_TEST_ARTIFACTS", ROOT / ".cache" / "test-artifacts"))
 AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
@@ -100,11 +103,18 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def browser_sim() -> Iterator[str]:
+def sim_app() -> Iterator[tuple[str, SimulatorApp]]:
+    """The site's simulated model: its URL, and the app whose `recorded` holds every
+    request it got (what a test reads of what an assistant was sent)."""
     from collab.simulator.testing import running_simulator_app
 
-    with running_simulator_app(tps=SIM_TPS, ttft_ms=30, reply_tokens=SIM_TOKENS, seed=2) as (url, _app):
-        yield url
+    with running_simulator_app(tps=SIM_TPS, ttft_ms=30, reply_tokens=SIM_TOKENS, seed=2) as (url, app):
+        yield url, app
+
+
+@pytest.fixture(scope="module")
+def browser_sim(sim_app: tuple[str, SimulatorApp]) -> str:
+    return sim_app[0]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -20,8 +20,6 @@ import pytest
 from collab.simulator.app import SimulatorApp
 from tests.browser.conftest import (
     PASSWORD,
-    SIM_TOKENS,
-    SIM_TPS,
     axe_violations,
     finished,
     open_room,
@@ -103,20 +101,6 @@ def pdf_with(text: str) -> bytes:
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
     out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
     return bytes(out)
-
-
-@pytest.fixture(scope="module")
-def sim_app() -> Iterator[tuple[str, SimulatorApp]]:
-    from collab.simulator.testing import running_simulator_app
-
-    with running_simulator_app(tps=SIM_TPS, ttft_ms=30, reply_tokens=SIM_TOKENS, seed=2) as (url, app):
-        yield url, app
-
-
-@pytest.fixture(scope="module")
-def browser_sim(sim_app: tuple[str, SimulatorApp]) -> str:
-    """The site's model (tests/browser/conftest.py's `site`), whose requests are recorded."""
-    return sim_app[0]
 
 
 def parts(request: dict[str, Any]) -> Iterable[dict[str, Any]]:

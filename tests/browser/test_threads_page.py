@@ -6,29 +6,14 @@ on a desktop and full screen on a phone."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from collab.simulator.app import SimulatorApp
-from tests.browser.conftest import SIM_TOKENS, SIM_TPS, axe_violations, open_room, screenshot, send
+from tests.browser.conftest import axe_violations, open_room, screenshot, send
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(180)]
-
-
-@pytest.fixture(scope="module")
-def sim_app() -> Iterator[tuple[str, SimulatorApp]]:
-    from collab.simulator.testing import running_simulator_app
-
-    with running_simulator_app(tps=SIM_TPS, ttft_ms=30, reply_tokens=SIM_TOKENS, seed=2) as (url, app):
-        yield url, app
-
-
-@pytest.fixture(scope="module")
-def browser_sim(sim_app: tuple[str, SimulatorApp]) -> str:
-    """The site's model (tests/browser/conftest.py's `site`), whose requests are recorded."""
-    return sim_app[0]
 
 
 def sent_with(app: SimulatorApp, words: str) -> list[str]:

@@ -8,14 +8,12 @@ keeps the tools listed before and says why (in the admin, and here); the others 
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections
+from django.core.management.base import BaseCommand, CommandParser
 
+from collab.chat.management import schedule
 from collab.chat.services import mcp_catalog
 
 
@@ -29,16 +27,8 @@ class Command(BaseCommand):
         parser.add_argument("--all", action="store_true", help="the disabled servers too")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        every: float = opts["every"]
-        if every < 0:
-            raise CommandError("--every wants 0 (once) or more seconds")
-        stop = threading.Event()
-        while True:
-            started = time.monotonic()
+        def job() -> None:
             for listing in mcp_catalog.refresh_all(enabled_only=not opts["all"]):
                 (self.stderr if listing.error else self.stdout).write(str(listing))
-            if every <= 0:
-                return
-            close_old_connections()  # a long-lived loop: no connection kept across sleeps
-            # The schedule itself: nothing to wait on but the clock (a stop ends the process).
-            stop.wait(max(0.0, every - (time.monotonic() - started)))
+
+        schedule.every(opts["every"], job)

@@ -10,17 +10,16 @@ systemd timer may run it once.
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import close_old_connections, transaction
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
 from django.utils import timezone
 
 from collab.chat.file_models import Attachment
+from collab.chat.management import schedule
 
 BATCH = 500
 
@@ -58,16 +57,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        every: float = opts["every"]
-        if every < 0:
-            raise CommandError("--every wants 0 (once) or more seconds")
-        stop = threading.Event()
-        while True:
-            started = time.monotonic()
+        once = opts["every"] == 0
+
+        def job() -> None:
             count = sweep()
-            if count or every <= 0:
+            if count or once:
                 self.stdout.write(f"{count} upload(s) never posted deleted")
-            if every <= 0:
-                return
-            close_old_connections()  # a long-lived loop: no connection kept across sleeps
-            stop.wait(max(0.0, every - (time.monotonic() - started)))  # the schedule: only the clock to wait on
+
+        schedule.every(opts["every"], job)
