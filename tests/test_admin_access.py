@@ -27,6 +27,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.models import Group, User
 from django.contrib.contenttypes.models import ContentType
+from django.core.files.base import ContentFile
 from django.db import models
 from django.shortcuts import resolve_url
 from django.test import Client, RequestFactory
@@ -34,6 +35,7 @@ from django.urls import URLPattern, URLResolver, resolve
 
 from collab.chat.models import (
     Assistant,
+    Attachment,
     AuditEntry,
     Ban,
     McpCall,
@@ -170,6 +172,10 @@ def world() -> World:
         asker=mallory, asker_name="mallory", room=room, room_name=room.name, reply=reply, server=mcp_server,
         server_name="pineapple", tool_name="peel", duration_ms=12, outcome=McpCall.Outcome.OK,
     )  # fmt: skip
+    attachment = Attachment.objects.create(
+        room=room, uploader=mallory, uploader_name="mallory", message=asked, name="pineapple.txt", kind="document",
+        content_type="text/plain", size=10, file=ContentFile(b"pineapple!", "pineapple.txt"), text="pineapple!",
+    )  # fmt: skip
     access = {"user_agent": "test", "ip_address": "127.0.0.1", "username": "quentin", "http_accept": "*/*"}
     objects: dict[type[models.Model], models.Model] = {
         User: quentin,
@@ -187,6 +193,7 @@ def world() -> World:
         McpServer: mcp_server,
         McpTool: mcp_tool,
         McpCall: mcp_call,
+        Attachment: attachment,
         AccessAttempt: AccessAttempt.objects.create(
             **access, path_info="/accounts/login/", get_data="", post_data="", failures_since_start=1
         ),

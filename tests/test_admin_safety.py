@@ -185,6 +185,7 @@ def test_saving_a_provider_unchanged_leaves_no_row_and_an_assistant_change_one(w
         "agent_steps": str(assistant.agent_steps),
         "agent_tokens": str(assistant.agent_tokens),
         "available_to": assistant.available_to,
+        "vision": "on",  # a checked box, as the page posts it (unchanged)
     }
     assert client.post(f"/admin/chat/assistant/{assistant.pk}/change/", data).status_code == 302
     entry = AuditEntry.objects.get()

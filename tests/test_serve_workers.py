@@ -116,7 +116,9 @@ def test_without_nginx_it_says_how_to_install_it(settings: Any, monkeypatch: pyt
 
 
 @contextmanager
-def serving(tmp_path: Path, port: int, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+def serving(
+    tmp_path: Path, port: int, *args: str, sigint_ignored: bool = False
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """`manage.py serve --port PORT ARGS` on a fresh SQLite database, Redis and the simulated
     model; stopped with Ctrl-C (SIGINT to its process group, as a terminal sends it) on the way out."""
     model_port = port
@@ -136,6 +138,8 @@ def serving(tmp_path: Path, port: int, *args: str) -> Iterator[tuple[subprocess.
         serve = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "serve", "--model", "simulated", "--port", str(port), *args],
             env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            # As a script's background job starts it (or a test runner that ignores Ctrl-C).
+            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
         )  # fmt: skip
     try:
         yield serve, log_path
@@ -184,6 +188,20 @@ def test_two_workers_without_a_proxy(tmp_path: Path) -> None:
         left = stop_with_ctrl_c(serve)
     assert left == [], f"still running after serve stopped: {left}"
     assert not any(listening(port + i) for i in (1, 2))
+
+
+@pytest.mark.e2e
+@pytest.mark.redis
+def test_ctrl_c_stops_serve_even_when_it_was_started_ignoring_it(tmp_path: Path) -> None:
+    port = free_port_run(1)
+    with serving(tmp_path, port, sigint_ignored=True) as (serve, log):
+        wait_http(f"http://127.0.0.1:{port}/healthz", serve)
+        while "Ctrl-C stops everything" not in log.read_text():
+            assert serve.poll() is None
+            time.sleep(0.1)  # the banner follows the health check by a few lines
+        left = stop_with_ctrl_c(serve)
+    assert left == [], f"still running after serve stopped: {left}"
+    assert "stopping ..." in log.read_text()
 
 
 async def snapshot_through(base: str, session: str) -> Frames:

@@ -99,6 +99,10 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGHUP, lambda *_: sys.exit(0))
+        # Ctrl-C stops everything even when whoever started serve ignored SIGINT (a script's
+        # background job, a test runner): a process that starts with SIGINT ignored keeps
+        # it so, and Python then installs no handler of its own.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         # Every process started here signs with this one's key (manage.py took the one kept
         # in .cache/secret_key if DJANGO_SECRET_KEY was unset), and speaks plain http.
         os.environ.setdefault("DJANGO_SECRET_KEY", settings.SECRET_KEY)
