@@ -1,7 +1,8 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels.
 
 WebSockets pass an origin check (collab/origins.py: this site whole, scheme, host and
-port, or one of CSRF_TRUSTED_ORIGINS) and session authentication before reaching a consumer.
+port, or one of CSRF_TRUSTED_ORIGINS) and carry their session to the consumer, which
+authenticates it (collab/chat/socket_auth.py).
 HTTP requests past the largest upload are refused before their body is read (collab/bodycap.py).
 """
 
@@ -13,8 +14,8 @@ from django.core.asgi import get_asgi_application
 
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
 from collab.bodycap import BodyCap  # noqa: E402
 from collab.chat.lifecycle import start_with_server  # noqa: E402
@@ -24,7 +25,8 @@ from collab.routing import websocket_urlpatterns  # noqa: E402
 application = ProtocolTypeRouter(
     {
         "http": BodyCap(django_asgi_app),  # no body past the largest upload is read
-        "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # The session only: the consumer reads the user with their membership (collab/chat/socket_auth.py).
+        "websocket": OriginValidator(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 start_with_server()  # heartbeat, sweep, control listener, SIGTERM drain (collab/chat/lifecycle.py)

@@ -14,9 +14,8 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.contrib.auth import HASH_SESSION_KEY
 
-from collab.chat import broadcast, commands, fanout, metrics, rendering
+from collab.chat import broadcast, commands, fanout, metrics, rendering, socket_auth
 from collab.chat.errors import ClientError
 from collab.chat.events import (
     AccountChanged,
@@ -73,18 +72,17 @@ class RoomConsumer(AsyncWebsocketConsumer):
         if runtime.draining:  # shutting down: refuse the handshake; the page retries (another process)
             await self.close()
             return
-        user = self.scope.get("user")
         slug = self.scope["url_route"]["kwargs"]["slug"]
-        found = await database_sync_to_async(rooms.room_for_socket)(user, slug)
+        session = self.scope.get("session")
+        found = await database_sync_to_async(socket_auth.admit)(session, slug) if session is not None else None
         await self.accept()
         if found is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        self.room_id, self.room_slug, self.read_only = found
-        self.user_id = user.pk  # type: ignore[union-attr]
-        self.username: str = user.get_username()  # type: ignore[union-attr]  # a post's early guess (replies/early.py)
-        session = self.scope.get("session")  # its auth hash: every action checks it against the account
-        self.auth_hash: str | None = session.get(HASH_SESSION_KEY) if session is not None else None
+        self.room_id, self.room_slug, self.read_only = found.room_id, found.slug, found.read_only
+        self.user_id = found.user_id
+        self.username: str = found.username  # a post's early guess (replies/early.py)
+        self.auth_hash: str | None = found.auth_hash  # every action checks it against the account
         self.outbox.watch(self.base_send)
         metrics.SOCKETS.inc()
         # Online before joining the group: the others are told, and this socket's own
@@ -101,7 +99,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
             raise
         loop = asyncio.get_running_loop()
         self._worker = loop.create_task(self._work())
-        self._session_watch = loop.create_task(self._watch_session())
+        self._session_watch = loop.create_task(self._watch_session(found.session_left))
 
     async def _send_snapshot(self) -> None:
         """Join the room's groups, then send its snapshot. Joining first: every frame sent
@@ -269,16 +267,18 @@ class RoomConsumer(AsyncWebsocketConsumer):
             log.warning("could not resync a socket; closing it", exc_info=True)
             await self.close(code=CLOSE_RETRY)
 
-    async def _watch_session(self) -> None:
-        """Close this socket when its session expires (unless it was renewed meanwhile)."""
+    async def _watch_session(self, left: float | None = None) -> None:
+        """Close this socket when its session expires (unless it was renewed meanwhile).
+        `left`: as the connect read it (socket_auth.py); else read now."""
         session = self.scope.get("session")
         key = session.session_key if session is not None else None
         loop = asyncio.get_running_loop()
-        try:
-            left = await database_sync_to_async(sessions.session_seconds_left)(key)
-        except Exception:  # the database is away: ask again in a minute
-            log.warning("could not read when a socket's session expires", exc_info=True)
-            left = 60.0 if not self._gone else None
+        if left is None:
+            try:
+                left = await database_sync_to_async(sessions.session_seconds_left)(key)
+            except Exception:  # the database is away: ask again in a minute
+                log.warning("could not read when a socket's session expires", exc_info=True)
+                left = 60.0 if not self._gone else None
         if left is None or self._gone:
             return
         if left <= 0:

@@ -66,6 +66,10 @@ class _Hub:
         self.sockets: dict[str, Receiver] = {}
         self.channel: asyncio.Future[str] = loop.create_future()
         self.task = loop.create_task(self._run(), name=f"collab-room-{room_id}")
+        # Counts what reached the room here that may change its snapshot (every event but a
+        # piece, whose text is read live), and keeps what was read at one count (`keep`).
+        self.version = 0
+        self.kept: tuple[int, Any] | None = None
 
     async def _run(self) -> None:
         layer = get_channel_layer()
@@ -87,10 +91,13 @@ class _Hub:
                 # again (lifecycle.py, as after any outage), and forgets what it knew of its
                 # rooms (replies/early.py).
                 watchers.lost()
+                self.version += 1
                 log.warning("room %s: its frames could not be received; again in %s s", self.room_id, RETRY_S)
                 await asyncio.sleep(RETRY_S)
 
     def deliver(self, event: dict[str, Any]) -> None:
+        if event.get("kind") != "delta":
+            self.version += 1
         if event.get("type") != "room.frame":  # room.closed: each socket's own handler
             for name in list(self.sockets):
                 task = self.loop.create_task(_forward(name, event))
@@ -154,6 +161,33 @@ async def _discard(room_id: int, channel: str) -> None:
         await broadcast.leave(room_group(room_id), channel)
     except Exception:  # the layer is away: the group membership expires
         log.warning("room %s: could not leave its group", room_id, exc_info=True)
+
+
+def stamp(room_id: int) -> int | None:
+    """What this process has seen of the room so far (a count), while its frames reach
+    the process (a socket here has joined it); None otherwise. Equal stamps: nothing but
+    pieces reached the room in between, so what was read of its database at the first
+    is still what a reader at the second would read, or the frames that say otherwise are
+    still on their way to every socket that joined (services/snapshot_cache.py)."""
+    hub = _hubs.get(room_id)
+    if hub is None or not hub.channel.done() or hub.loop is not asyncio.get_running_loop():
+        return None
+    return hub.version
+
+
+def kept(room_id: int, at: int) -> Any:
+    """What `keep` left for the room at stamp `at`, if the room is still at it."""
+    hub = _hubs.get(room_id)
+    if hub is None or hub.version != at or hub.kept is None or hub.kept[0] != at:
+        return None
+    return hub.kept[1]
+
+
+def keep(room_id: int, at: int, value: Any) -> None:
+    """Leave `value` with the room while its stamp stays `at` (dropped with the hub)."""
+    hub = _hubs.get(room_id)
+    if hub is not None and hub.version == at:
+        hub.kept = (at, value)
 
 
 def receivers() -> list[Receiver]:

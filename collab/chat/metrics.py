@@ -21,6 +21,11 @@ FRAMES = Counter("collab_frames", "Frames broadcast to rooms, by kind", ["kind"]
 SOCKETS = Gauge("collab_sockets_open", "Room WebSockets open on this process")
 SOCKETS_TOO_SLOW = Counter("collab_sockets_too_slow", "Sockets closed (4408) for falling too far behind")
 TYPING = Counter("collab_typing", "Typing notices: broadcast, or dropped (over a member's cap)", ["outcome"])
+SNAPSHOT_READS = Counter(
+    "collab_snapshot_reads",
+    "Snapshots' shared part: read from the database, or shared with another socket of the room",
+    ["source"],
+)
 SOCKETS_RESYNCED = Counter("collab_sockets_resynced", "Snapshots sent again to open sockets that missed frames")
 # Observed every 20 ms by a timer (lifecycle.Runtime._loop_lag): a cheap, always-on probe.
 LOOP_LAG = Histogram(

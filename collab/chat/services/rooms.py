@@ -22,18 +22,30 @@ from collab.chat.models import Assistant, Ban, Membership, Room, new_invite_toke
 from collab.chat.services import availability
 from collab.chat.services.providers import ensure_default_assistant
 
+MemberRow = tuple[int, str, str]  # user id, username, role
 
-def members_of(room_id: int, online: set[int] | None = None) -> list[dict[str, object]]:
-    """The room's members, owners first; `online` marks those with the room open."""
+
+def member_rows(room_id: int) -> list[MemberRow]:
+    """The room's members, owners first (database thread)."""
     rows = (
         Membership.objects.filter(room_id=room_id)
         .order_by("-role", "user__username")
         .values_list("user_id", "user__username", "role")
     )
+    return list(rows)
+
+
+def members_with(rows: list[MemberRow], online: set[int] | None) -> list[dict[str, object]]:
+    """The member list's entries; `online` marks those with the room open."""
     return [
         {"username": username, "role": role, "online": online is not None and user_id in online}
         for user_id, username, role in rows
     ]
+
+
+def members_of(room_id: int, online: set[int] | None = None) -> list[dict[str, object]]:
+    """The room's members, owners first; `online` marks those with the room open."""
+    return members_with(member_rows(room_id), online)
 
 
 def _members_frame(room_id: int, online: set[int]) -> RoomFrame:

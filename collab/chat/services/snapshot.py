@@ -7,11 +7,12 @@ import math
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db.models import Q
 
 from collab.chat import attached, rendering, shared
 from collab.chat.models import Message, Room
-from collab.chat.services import panels, threads
-from collab.chat.services.rooms import members_of
+from collab.chat.services import snapshot_cache, threads
+from collab.chat.services.rooms import members_with
 
 NO_FLOOR = math.inf  # a snapshot message that takes no more pieces, only its final article
 
@@ -27,6 +28,23 @@ def _recent(room_id: int, before_seq: int | None = None, user_id: int | None = N
         qs = qs.filter(seq__lt=before_seq)
     page = list(qs.order_by("-seq")[: limit + 1])
     return page[:limit][::-1], len(page) > limit
+
+
+def personal(room_id: int, user_id: int) -> tuple[list[Message], list[Message]]:
+    """The member's own personal replies a snapshot shows (docs/architecture.md#a-personal-replies):
+    the newest top-level ones, and those streaming in threads; one query (database thread).
+    Most members have none."""
+    limit = settings.COLLAB["HISTORY_MESSAGES"]
+    rows = (
+        Message.objects.filter(room_id=room_id, recipient_id=user_id, version_hidden=False)
+        .filter(Q(thread__isnull=True) | Q(status=Message.Status.STREAMING))
+        .select_related("recipient", "reply_to")
+        .order_by("-seq")[: limit + 1 + threads.LIVE_REPLIES]
+    )
+    found = list(attached.with_files(rows))[::-1]
+    top = [m for m in found if m.thread_id is None][-(limit + 1) :]
+    live = [m for m in found if m.thread_id is not None][-threads.LIVE_REPLIES :]
+    return top, live
 
 
 def history(room: Room, before_seq: int | None = None, user_id: int | None = None) -> rendering.Page:
@@ -54,15 +72,21 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
     `data-from` on, which keeps L and the offsets that follow exact. Messages left out
     keep their floor (infinity): a `final` for them finds no article and changes nothing.
     """
-    messages, has_older = await database_sync_to_async(_recent)(room_id, None, user_id)
+    room = await snapshot_cache.room_view(room_id)  # what everyone's snapshot shares, read once
+    mine, mine_live = await database_sync_to_async(personal)(room_id, user_id) if user_id is not None else ([], [])
+    limit = settings.COLLAB["HISTORY_MESSAGES"]
+    recent = sorted([*room.recent, *mine], key=lambda m: m.seq)[-(limit + 1) :] if mine else room.recent
+    messages, has_older = recent[-limit:], len(recent) > limit
+    thread_messages = room.thread_live
+    if mine_live:
+        thread_messages = sorted([*thread_messages, *mine_live], key=lambda m: m.seq)[-threads.LIVE_REPLIES :]
     state = shared.backend()
     views = await state.read([m.id for m in messages if m.status == Message.Status.STREAMING])
     online = await state.online(room_id)
-    members = await database_sync_to_async(members_of)(room_id, online)
-    panels_html = await database_sync_to_async(panels.render_all)(room_id, user_id, True)
+    members = members_with(room.members, online)
     # The replies streaming in threads, for a page with their thread open (and their floors:
     # a reconnect resumes them too), outside the room's list.
-    thread_live, thread_floors = await threads.live_html(room_id, user_id)
+    thread_live, thread_floors = await threads.live_html(thread_messages)
     live_texts: dict[int, str] = {}
     thinking: dict[int, str] = {}  # a reasoning model's thinking so far, floor -id (consumers.take_frame)
     states: dict[int, str] = {}
@@ -84,10 +108,7 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
             live_texts[m.id], thinking[m.id] = view.text, view.thinking
             states[m.id] = view.state
             floors[m.id], floors[-m.id] = len(view.text), len(view.thinking)
-    row = await Room.objects.filter(pk=room_id).values_list("status", "name").afirst()
-    # The room's status and name as they are now: a page that missed their frames catches up.
-    header = rendering.room_status(row[0]) + rendering.room_name(row[1]) if row else rendering.room_status("open")
-    members_html = rendering.frame_members(members) + header + panels_html + thread_live
+    members_html = rendering.frame_members(members) + room.header_html + room.panels_html + thread_live
     html, _page = rendering.frame_snapshot(
         messages,
         live_texts,

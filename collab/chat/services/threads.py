@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from channels.db import database_sync_to_async
 from django.db.models import Count, Max, Q
 from django.template.loader import get_template
 
@@ -130,22 +129,19 @@ def parent_for_view(room: Room, user_id: int, thread: int) -> Message | None:
     return seen.filter(pk=thread).first()
 
 
-async def live_html(room_id: int, user_id: int | None) -> tuple[str, dict[int, float]]:
-    """The replies streaming in the room's threads that a member sees, with their text so
-    far (`<div id="thread-live">`: a page with their thread open moves them there), and
-    their floors: a reconnecting socket resumes them as it does the room's own
-    (services/snapshot.py)."""
+def live_replies(room_id: int, user_id: int | None) -> list[Message]:
+    """The replies streaming in the room's threads that `user_id` sees (None: the shared
+    ones only), the newest LIVE_REPLIES, in seq order (database thread)."""
+    rows = Message.objects.filter(room_id=room_id, thread__isnull=False, status=Message.Status.STREAMING)
+    rows = rows.visible_to(user_id) if user_id is not None else rows.shared()
+    return list(rows.select_related("recipient", "reply_to").order_by("-seq")[:LIVE_REPLIES])[::-1]
 
-    def read() -> list[Message]:
-        rows = (
-            Message.objects.filter(room_id=room_id, thread__isnull=False, status=Message.Status.STREAMING)
-            .visible_to(user_id)
-            .select_related("recipient", "reply_to")
-            .order_by("-seq")[:LIVE_REPLIES]
-        )
-        return list(rows)[::-1]
 
-    messages = await database_sync_to_async(read)()
+async def live_html(messages: Sequence[Message]) -> tuple[str, dict[int, float]]:
+    """The replies streaming in the room's threads that a member sees (`live_replies`),
+    with their text so far (`<div id="thread-live">`: a page with their thread open
+    moves them there), and their floors: a reconnecting socket resumes them as it does
+    the room's own (services/snapshot.py)."""
     if not messages:
         return _live.render({"articles": []}).strip(), {}
     views = await shared.backend().read([m.id for m in messages])
