@@ -391,6 +391,8 @@ COLLAB: dict[str, Any] = {
     "POST_REFILL_S": env_float("COLLAB_POST_REFILL_S", 1.5),
     # "NAME is typing": at most one broadcast per member and room per this many seconds.
     "TYPING_EVERY_S": env_float("COLLAB_TYPING_EVERY_S", 2.0),
+    # Who came and went, told to a room at most once per this interval (services/presence.py).
+    "PRESENCE_MS": env_float("COLLAB_PRESENCE_MS", 500.0),
     # Model context per assistant, in characters (~4 per token) of room history.
     "CONTEXT_CHARS": env_int("COLLAB_CONTEXT_CHARS", 12_000),
     "MAX_CONCURRENT_REPLIES_PER_MESSAGE": 8,

@@ -24,7 +24,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 
 from collab.loadtest.frames import Frames
-from collab.loadtest.wire import members
+from collab.loadtest.wire import member_list
 from tests.conftest import require_redis
 from tests.servers import login, manage, postgres_url, start_daphne, stored_replies, throwaway_database
 
@@ -117,9 +117,9 @@ class Tab:
         assert isinstance(frame, str)
         self.raw.append(frame)
         self.frames.feed(frame, time.monotonic())
-        found = members(frame)
-        if found:
-            self.members = dict(found)
+        shown = member_list(self.members, frame)
+        if shown is not None:
+            self.members = shown
 
     async def until(self, done: Callable[[Tab], bool], timeout: float = 30.0) -> None:
         """Read frames until `done` holds: waits for the event, never for a fixed time."""

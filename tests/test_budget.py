@@ -278,7 +278,7 @@ def test_final_frame_of_a_huge_reply_is_cut(world: World) -> None:
 
 def test_member_list_is_capped_online_first() -> None:
     everyone: list[dict[str, Any]] = [
-        {"username": f"user{i:03}", "role": "member", "online": i >= 495} for i in range(500)
+        {"user_id": i + 1, "username": f"user{i:03}", "role": "member", "online": i >= 495} for i in range(500)
     ]
     frame = rendering.frame_members(everyone)
     listed = members(frame)

@@ -5,6 +5,7 @@ real openai client against the simulated model."""
 
 from __future__ import annotations
 
+import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -84,3 +85,55 @@ async def test_a_personal_reply_reaches_its_recipient_on_the_other_process_and_n
 
 def holds_frame(raw: str, reply_id: int) -> bool:
     return f'id="msg-{reply_id}"' in raw
+
+
+def _metric(url: str, token: str, name: str) -> float:
+    request = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0
+
+
+async def test_a_shared_snapshot_shows_each_member_their_own_personal_replies_only(cluster: Cluster) -> None:
+    """Sockets that connect to a room while nothing changed share one read of its shared
+    part (services/snapshot_cache.py); each still gets its own personal replies, and
+    nobody else's. Real processes: the replies run on P1, the snapshots are P2's."""
+    token = uuid.uuid4().hex
+    p1, p2 = cluster.start("P1"), cluster.start("P2", COLLAB_METRICS_TOKEN=token)
+    alice, bob, dave = [await Browser.login(p1, name) for name in ("alice", "bob", "dave")]
+    tag = uuid.uuid4().hex[:8]
+    async with alice.open(p1) as a_ws, bob.open(p1) as b_ws, dave.open(p2) as watch_ws:
+        a, b, watch = await opened(a_ws, b_ws, watch_ws)  # `watch` keeps the room's hub on P2
+        for tab, who in ((a, "alice"), (b, "bob")):
+            await tab.send(action="lens", text=f"for {who} {tag}")
+            await tab.until(lambda t, who=who: any(f'data-lens="for {who} {tag}"' in r for r in t.raw))
+        await a.post("/each @short what should we build?")
+        for tab in (a, b):
+            await tab.until(lambda t: any(r.final_attrs for r in t.assistant_replies().values()))
+        (alices,) = a.assistant_replies().values()
+        (bobs,) = b.assistant_replies().values()
+        await watch.until(lambda t: any(r.role == "user" for r in t.frames.replies.values()))
+        read = "collab_snapshot_reads_total"
+        before = (
+            _metric(p2.url, token, f'{read}{{source="shared"}}'),
+            _metric(p2.url, token, f'{read}{{source="read"}}'),
+        )
+        # Each in turn, while nothing else happens in the room: one read of the shared part.
+        shown: dict[str, list[str]] = {}
+        for who, browser in (("alice", alice), ("dave", dave), ("bob", bob), ("dave2", dave)):
+            async with browser.open(p2) as ws:
+                (tab,) = await opened(ws)
+                shown[who] = tab.raw
+        after = _metric(p2.url, token, f'{read}{{source="shared"}}'), _metric(p2.url, token, f'{read}{{source="read"}}')
+        assert after[0] - before[0] >= 2 and after[1] - before[1] <= 2  # shared, not read each time
+
+        def holds_reply(raw: list[str], reply_id: int) -> bool:
+            return any(f'id="msg-{reply_id}"' in r for r in raw)
+
+        assert holds_reply(shown["alice"], alices.id) and not holds_reply(shown["alice"], bobs.id)
+        assert holds_reply(shown["bob"], bobs.id) and not holds_reply(shown["bob"], alices.id)
+        for who in ("dave", "dave2"):
+            assert not holds_reply(shown[who], alices.id) and not holds_reply(shown[who], bobs.id)
+            assert any("what should we build?" in r for r in shown[who])  # the question is everyone's

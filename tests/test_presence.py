@@ -14,19 +14,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from collab.loadtest.wire import members
+from collab.loadtest.wire import member_list
 from collab.simulator.testing import running_simulator_app
 from tests.cluster import SETUP, Browser, Cluster, Tab
 from tests.conftest import Member, World, member, require_redis
 
 
 def listed(m: Member) -> dict[str, bool]:
-    """The newest member list this socket was shown."""
-    for frame in reversed(m.raw):
-        found = members(frame)
-        if found:
-            return dict(found)
-    return {}
+    """The member list as this socket's page shows it: its snapshot's, then the changes."""
+    shown: dict[str, bool] = {}
+    for frame in m.raw:
+        shown = member_list(shown, frame) or shown
+    return shown
 
 
 @pytest.mark.django_db(transaction=True)

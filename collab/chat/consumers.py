@@ -29,7 +29,7 @@ from collab.chat.events import (
 )
 from collab.chat.lifecycle import runtime
 from collab.chat.outbox import CLOSE_TOO_SLOW, Outbox
-from collab.chat.services import rooms, sessions, snapshot, unread
+from collab.chat.services import presence, sessions, snapshot, unread
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
         runtime.socket_opened(self.channel_name, self.room_id, self.user_id, watcher=self.read_only)
         try:
             if not self.read_only:
-                await rooms.socket_opened(self.room_id, self.user_id, self.channel_name)
+                await presence.socket_opened(self.room_id, self.user_id, self.channel_name)
             await self._send_snapshot()
         except BaseException:  # Channels calls no disconnect() after a failed connect()
             await self.disconnect(1011)
@@ -164,7 +164,7 @@ class RoomConsumer(AsyncWebsocketConsumer):
                 if self.sidebar is not None:
                     await self.sidebar.unfollow()
                 if not self.read_only:
-                    await rooms.socket_closed(self.room_id, self.user_id, self.channel_name)
+                    await presence.socket_closed(self.room_id, self.user_id, self.channel_name)
             except Exception:  # the layer is away: groups and presence expire by themselves
                 log.warning("could not mark a socket closed", exc_info=True)
 

@@ -41,6 +41,7 @@ class RoomFrame(TypedDict):
     resume: NotRequired[list[int]]  # final of a reply streaming again (continue): [answer, thinking] offsets
     by: NotRequired[str]  # the socket whose own change this announces: it already knows
     not_user: NotRequired[int]  # a frame without `msg` that this user's own sockets skip (typing)
+    ephemeral: NotRequired[bool]  # tells of nothing stored (presence, typing): frames.other
     to: NotRequired[int]  # a personal reply's recipient: sent to their member_group only (broadcast.py)
     thread: NotRequired[int]  # a thread's message (services/threads.py): no change to the room's history
 

@@ -92,12 +92,14 @@ class _Hub:
                 # rooms (replies/early.py).
                 watchers.lost()
                 self.version += 1
+                self.kept = None
                 log.warning("room %s: its frames could not be received; again in %s s", self.room_id, RETRY_S)
                 await asyncio.sleep(RETRY_S)
 
     def deliver(self, event: dict[str, Any]) -> None:
-        if event.get("kind") != "delta":
+        if event.get("kind") != "delta" and not event.get("ephemeral"):
             self.version += 1
+            self.kept = None  # no longer current: not held either
         if event.get("type") != "room.frame":  # room.closed: each socket's own handler
             for name in list(self.sockets):
                 task = self.loop.create_task(_forward(name, event))

@@ -59,12 +59,21 @@ def final(
 
 
 def other(
-    html: str, *, msg: int | None = None, to: int | None = None, by: str = "", not_user: int | None = None
+    html: str,
+    *,
+    msg: int | None = None,
+    to: int | None = None,
+    by: str = "",
+    not_user: int | None = None,
+    ephemeral: bool = False,
 ) -> RoomFrame:
     """Anything else (member list, votes, status, a label): no order to keep. `by`: the
     socket whose own change it announces (it already shows it); `not_user`: a user whose
-    own sockets skip it (their own typing)."""
+    own sockets skip it (their own typing); `ephemeral`: it tells of nothing stored (who
+    is online, who is typing), so a snapshot read before it is still current (fanout.stamp)."""
     frame: RoomFrame = {"type": "room.frame", "kind": "other", "html": html}
+    if ephemeral:
+        frame["ephemeral"] = True
     if msg is not None:
         frame["msg"] = msg
     if to is not None:

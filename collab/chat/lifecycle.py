@@ -47,7 +47,7 @@ from collab.chat.models import Message
 from collab.chat.repair import repair
 from collab.chat.replies import steering
 from collab.chat.replies.interrupt import interrupt
-from collab.chat.services import rooms
+from collab.chat.services import presence, rooms
 from collab.chat.services.providers import deployment_slots
 from collab.chat.shared.base import LEASE_TTL_S
 from collab.llm.client import aclose_clients
@@ -351,7 +351,8 @@ class Runtime:
             async with asyncio.timeout(5):
                 for name, (room_id, user_id) in list(self.sockets.items()):
                     with contextlib.suppress(Exception):
-                        await rooms.socket_closed(room_id, user_id, name)
+                        await presence.socket_closed(room_id, user_id, name)
+                await presence.flush()
         with contextlib.suppress(Exception):  # the model clients' connections, closed cleanly
             await aclose_clients()
 

@@ -39,6 +39,7 @@ _delta = get_template("chat/_frame_delta.html")
 _thinking = get_template("chat/_frame_thinking.html")
 _error = get_template("chat/_frame_error.html")
 _members = get_template("chat/_members.html")
+_presence = get_template("chat/_presence.html")
 _room_status = get_template("chat/_room_status.html")
 _room_name = get_template("chat/_room_name.html")
 _state = get_template("chat/_frame_state.html")
@@ -402,3 +403,8 @@ def members_listed(members: Sequence[dict[str, object]]) -> tuple[list[dict[str,
 def frame_members(members: Sequence[dict[str, object]]) -> str:
     listed, more = members_listed(members)
     return _members.render({"members": listed, "more": more, "oob": True}).strip()
+
+
+def frame_presence(members: Sequence[dict[str, object]]) -> str:
+    """Members whose presence changed: each one's entry of the list, swapped in by its id."""
+    return _presence.render({"members": members}).strip() if members else ""

@@ -62,7 +62,9 @@ _THINKING_SHOWN = re.compile(  # " md": an agent's ended log, rendered
     re.S,
 )
 _ERROR = re.compile(r'<p class="error" data-code="([^"]+)">(.*?)</p>', re.S)
-_MEMBER = re.compile(r'<li class="[^"]*" data-user="([^"]+)" data-online="([01])">')
+_MEMBER = re.compile(
+    r'<li id="member-[0-9]+" class="[^"]*" data-user="([^"]+)" data-online="([01])"(?: hx-swap-oob="true")?>'
+)
 SNAPSHOT_PREFIX = '<div id="messages" hx-swap-oob="true"'
 _NEW = '<div id="messages" hx-swap-oob="beforeend"'
 _NEW_IN_THREAD = re.compile(r'<div id="thread-live" hx-swap-oob="beforeend"')  # a thread's new articles
@@ -227,6 +229,17 @@ def thinking_shown(text: str) -> list[ThinkingShown]:
 def members(text: str) -> list[tuple[str, bool]]:
     """The member list (docs/wire.md) in a frame or a page: (username, online), in order."""
     return [(user, online == "1") for user, online in _MEMBER.findall(text)]
+
+
+def member_list(shown: dict[str, bool], text: str) -> dict[str, bool] | None:
+    """The member list as a page shows it after this frame or page (docs/wire.md): a whole
+    list replaces it, a presence change updates the members it names; None: no change."""
+    found = members(text)
+    if not found:
+        return None
+    if '<ul id="members"' in text:
+        return dict(found)
+    return {**shown, **dict(found)}
 
 
 def parse_frame(data: bytes) -> Parsed:

@@ -1,5 +1,5 @@
 """`typing` (docs/wire.md, "typing"): "NAME is typing…" to the room, but NAME's own
-sockets. Who is online is services/rooms.py (socket_opened, socket_closed).
+sockets. Who is online is services/presence.py.
 
 The page sends it at most once every 2 s while its member types, and clears it by itself
 (4 s, or NAME's message arriving: static/collab/collab.js). The server caps it too, per
@@ -35,5 +35,5 @@ async def typing(ctx: Ctx) -> None:
         metrics.TYPING.labels("dropped").inc()
         return
     html = render_to_string("chat/_typing.html", {"username": access.membership.user.get_username()})
-    await broadcast.to_room(ctx.room_id, frames.other(html, not_user=ctx.user_id))
+    await broadcast.to_room(ctx.room_id, frames.other(html, not_user=ctx.user_id, ephemeral=True))
     metrics.TYPING.labels("sent").inc()

@@ -38,7 +38,7 @@ def member_rows(room_id: int) -> list[MemberRow]:
 def members_with(rows: list[MemberRow], online: set[int] | None) -> list[dict[str, object]]:
     """The member list's entries; `online` marks those with the room open."""
     return [
-        {"username": username, "role": role, "online": online is not None and user_id in online}
+        {"user_id": user_id, "username": username, "role": role, "online": online is not None and user_id in online}
         for user_id, username, role in rows
     ]
 

@@ -58,6 +58,15 @@ def read(room_id: int) -> RoomView:
     )
 
 
+def current(room_id: int) -> RoomView | None:
+    """The room's shared part if one is kept and still current (never read here)."""
+    at = fanout.stamp(room_id)
+    pending = fanout.kept(room_id, at) if at is not None else None
+    if pending is None or not pending.done() or pending.cancelled() or pending.exception() is not None:
+        return None
+    return pending.result()  # type: ignore[no-any-return]
+
+
 async def room_view(room_id: int) -> RoomView:
     """The room's shared part: kept, while the room's stamp has not moved, or read now."""
     at = fanout.stamp(room_id)
