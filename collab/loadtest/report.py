@@ -264,7 +264,9 @@ def summary(step: Mapping[str, Any]) -> str:
             f"  {p['sockets']} idle sockets: {d['sockets']} connected,"
             f" {d['sockets_open_at_end']} open at the end;"
             f" server RSS {step['server_rss_mb']} MB ({d.get('kb_per_connection')} KB per connection,"
-            f" slope {d.get('kb_per_connection_slope')} KB)"
+            f" slope {d.get('kb_per_connection_slope')} KB);"
+            f" {d.get('connects_per_s')} connects/s at {d.get('cpu_ms_per_connect')} ms of server CPU each"
+            f" (the generator's pace), {d.get('cpu_percent_at_rest')}% CPU at rest"
         )
     else:
         line = (

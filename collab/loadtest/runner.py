@@ -26,7 +26,7 @@ from collab.loadtest import machine
 from collab.loadtest.config import RunConfig
 from collab.loadtest.options import Options
 from collab.loadtest.report import build_step, knee_of, passes, summary
-from collab.loadtest.sampler import REDIS, Counters, Sampler, level_resources, slope_kb
+from collab.loadtest.sampler import REDIS, Counters, Sampler, idle_cpu, level_resources, slope_kb
 from collab.loadtest.scenarios import Scenario
 from collab.loadtest.stack import BASE_DIR, IDLE_ROOMS, Processes, Stack, redis_answers, warm_up
 from collab.loadtest.stats import Collector
@@ -178,6 +178,7 @@ def run_level(
     env["PYTHONPATH"] = os.pathsep.join([str(BASE_DIR), *filter(None, [env.get("PYTHONPATH", "")])])
     name = f"locust-{tag}"
     before = Counters.read(servers.targets, servers.metrics_token, servers.redis_url)
+    started = time.time()  # (the sampler's clock) the sockets open from here to the window's start
     proc = procs.start(name, cmd, env)
     sampler.watch("generator", proc.pid)
     show = Progress(opts.interactive, say)
@@ -206,6 +207,7 @@ def run_level(
     resources = level_resources(sampler, col, params, servers.targets, before, after)
     if sc.idle:
         resources["kb_per_connection_slope"] = slope_kb(growth)
+        resources.update(idle_cpu(sampler, started, col.window, col.counts.get("sockets", 0)))
     clean = {k: v for k, v in params.items() if not k.startswith("_")}
     return build_step(sc.name, clean, col, resources, sc.ttft_ms, complete=bool(result.get("complete")))
 
@@ -378,6 +380,9 @@ def _assemble(sc: Scenario, steps: list[dict[str, Any]]) -> dict[str, Any]:
             "kb_per_connection": top["details"].get("kb_per_connection"),
             "kb_per_connection_slope": top["details"].get("kb_per_connection_slope"),
             "server_rss_baseline_mb": top["details"].get("server_rss_baseline_mb"),
+            "cpu_ms_per_connect": top["details"].get("cpu_ms_per_connect"),
+            "connects_per_s": top["details"].get("connects_per_s"),
+            "cpu_percent_at_rest": top["details"].get("cpu_percent_at_rest"),
         }
     else:
         knee = knee_of(steps)

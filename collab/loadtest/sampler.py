@@ -284,6 +284,20 @@ def level_resources(
     return out
 
 
+def idle_cpu(sampler: Sampler, started: float, window: Sequence[float], sockets: int) -> dict[str, float | None]:
+    """The idle scenario's two costs: the server's CPU per connect while the sockets
+    open (from the generator's start to the held window: the connects and the heartbeats
+    of those already open, which are a small part of it), the connects per second then,
+    and its CPU at rest over the held window (heartbeats, presence renewals)."""
+    if len(window) != 2 or not sockets or window[0] <= started:
+        return {"cpu_ms_per_connect": None, "connects_per_s": None, "cpu_percent_at_rest": None}
+    ramp = window[0] - started
+    cpu, _ = sampler.window("server", started, window[0])
+    rest, _ = sampler.window("server", window[0], window[1])
+    per = round(cpu / 100 * ramp * 1000 / sockets, 2) if cpu is not None else None
+    return {"cpu_ms_per_connect": per, "connects_per_s": round(sockets / ramp, 1), "cpu_percent_at_rest": rest}
+
+
 def cpu_per_unit(sampler: Sampler, col: Collector, before: Counters, after: Counters) -> dict[str, float | None]:
     """The servers' CPU time per unit of work, in microseconds
     (docs/benchmarks/2026-12-04.md#b-cpu-per-token-window), both

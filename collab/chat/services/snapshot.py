@@ -73,7 +73,10 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
     keep their floor (infinity): a `final` for them finds no article and changes nothing.
     """
     room = await snapshot_cache.room_view(room_id)  # what everyone's snapshot shares, read once
-    mine, mine_live = await database_sync_to_async(personal)(room_id, user_id) if user_id is not None else ([], [])
+    mine: list[Message] = []
+    mine_live: list[Message] = []
+    if user_id in room.recipients:  # most members have no personal reply: nothing to read
+        mine, mine_live = await database_sync_to_async(personal)(room_id, user_id)
     limit = settings.COLLAB["HISTORY_MESSAGES"]
     recent = sorted([*room.recent, *mine], key=lambda m: m.seq)[-(limit + 1) :] if mine else room.recent
     messages, has_older = recent[-limit:], len(recent) > limit

@@ -39,6 +39,10 @@ class RoomView:
     members: list[MemberRow]
     panels_html: str  # the same for every member (services/panels.py)
     header_html: str  # the room's status and name as they are now
+    # Who has any personal reply in the room: only they read theirs (services/snapshot.py).
+    # A new recipient's first replies are stored with their question, whose frame moves
+    # the stamp (replies/each.py): no recipient is missing from a current part.
+    recipients: frozenset[int]
 
 
 def read(room_id: int) -> RoomView:
@@ -55,6 +59,12 @@ def read(room_id: int) -> RoomView:
         member_rows(room_id),
         panels.render_all(room_id, None, True),
         header,
+        frozenset(
+            Message.objects.filter(room_id=room_id, recipient__isnull=False)
+            .order_by()
+            .values_list("recipient_id", flat=True)
+            .distinct()
+        ),
     )
 
 
