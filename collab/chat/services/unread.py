@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
-from django.db.models import Count, F, Q
+from django.db import connection
+from django.db.models import Q
 from django.urls import reverse
 from django.utils.html import escape
 
@@ -90,34 +91,56 @@ def _unread(user_id: int) -> Q:
     return Q(deleted_at__isnull=True, version_hidden=False) & (Q(recipient__isnull=True) | Q(recipient_id=user_id))
 
 
+def _summary_sql() -> tuple[str, str]:
+    """The two queries of `summary`, as SQL: every socket's connect runs them, and the ORM
+    took longer to compose them than the database to answer (docs/architecture.md,
+    "Connects that cost little"). Their filter is `_unread`'s, which the tests hold them to."""
+    q = connection.ops.quote_name
+    msg, member, room = (q(m._meta.db_table) for m in (Message, Membership, Room))
+    unread = (
+        f"x.{q('room_id')} = m.{q('room_id')} AND x.{q('seq')} > m.{q('read_seq')}"
+        f" AND x.{q('deleted_at')} IS NULL AND NOT x.{q('version_hidden')}"
+        f" AND (x.{q('recipient_id')} IS NULL OR x.{q('recipient_id')} = m.{q('user_id')})"
+        f" AND (x.{q('author_id')} IS NULL OR x.{q('author_id')} <> m.{q('user_id')})"
+    )
+    rooms = (
+        f"SELECT m.{q('room_id')}, r.{q('slug')}, r.{q('name')}, m.{q('read_seq')}, r.{q('last_seq')},"
+        f" m.{q('notify')}, CASE WHEN r.{q('last_seq')} > m.{q('read_seq')}"
+        f" THEN (SELECT COUNT(*) FROM {msg} x WHERE {unread}) ELSE 0 END"
+        f" FROM {member} m JOIN {room} r ON r.{q('id')} = m.{q('room_id')}"
+        f" WHERE m.{q('user_id')} = %s AND r.{q('status')} <> %s"
+        f" ORDER BY r.{q('name')}, m.{q('room_id')} LIMIT {NAV_ROOMS}"
+    )
+    # A mention is a person's (as the live count's, `activity`): an assistant's text is not
+    # scanned. LOWER ... LIKE finds candidates; mentions_user decides.
+    mentions = (
+        f"SELECT x.{q('room_id')}, x.{q('text')} FROM {msg} x JOIN {member} m"
+        f" ON m.{q('room_id')} = x.{q('room_id')} AND m.{q('user_id')} = %s"
+        f" WHERE {unread} AND x.{q('role')} = %s AND LOWER(x.{q('text')}) LIKE %s ESCAPE '!'"
+        f" AND x.{q('room_id')} IN ({{rooms}}) LIMIT {MENTION_SCAN}"
+    )
+    return rooms, mentions
+
+
 def summary(user_id: int, username: str) -> list[RoomUnread]:
     """The member's rooms (not archived; NAV_ROOMS at most, by name), each with its
-    unread count and mention mark: three queries whatever the number of rooms."""
-    memberships = list(
-        Membership.objects.filter(user_id=user_id)
-        .exclude(room__status=Room.Status.ARCHIVED)
-        .select_related("room")
-        .only("read_seq", "notify", "room", "room__slug", "room__name", "room__last_seq")
-        .order_by("room__name", "room_id")[:NAV_ROOMS]
-    )
-    rooms = {
-        m.room_id: RoomUnread(m.room_id, m.room.slug, m.room.name, m.read_seq, m.room.last_seq, notify=m.notify)
-        for m in memberships
-    }
-    unread = Message.objects.filter(
-        _unread(user_id),
-        room_id__in=list(rooms),
-        room__memberships__user_id=user_id,
-        seq__gt=F("room__memberships__read_seq"),
-    ).exclude(author_id=user_id)
-    for row in unread.values("room_id").annotate(n=Count("id")).order_by():
-        rooms[row["room_id"]].count = row["n"]
-    # A mention is a person's (as the live count's, `activity`): an assistant's text is not scanned.
-    people = unread.filter(role=Message.Role.USER, text__icontains="@" + username)
-    mentioned = people.values_list("room_id", "text")[:MENTION_SCAN]
-    for room_id, text in mentioned:
-        if mentions_user(text, username):
-            rooms[room_id].mentioned = True
+    unread count and mention mark: one query, and a second only when some room has
+    unread messages."""
+    rooms_sql, mentions_sql = _summary_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(rooms_sql, [user_id, Room.Status.ARCHIVED])
+        rooms = {
+            row[0]: RoomUnread(row[0], row[1], row[2], row[3], row[4], count=row[6], notify=row[5])
+            for row in cursor.fetchall()
+        }
+        counted = [r.room_id for r in rooms.values() if r.count]
+        if counted:
+            name = username.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
+            sql = mentions_sql.format(rooms=", ".join(["%s"] * len(counted)))
+            cursor.execute(sql, [user_id, Message.Role.USER, f"%@{name}%", *counted])
+            for room_id, text in cursor.fetchall():
+                if mentions_user(text, username):
+                    rooms[room_id].mentioned = True
     return list(rooms.values())
 
 
