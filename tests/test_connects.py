@@ -1,4 +1,4 @@
-"""Connects that cost little (issue 38; docs/architecture.md, "Connects that cost little"):
+"""Connects that cost little (issue 38; docs/architecture.md#a-connects):
 the session, the user and their membership in two queries on one trip to the database
 thread (collab/chat/socket_auth.py), a room's shared snapshot part read once for the
 sockets that connect while nothing changed (services/snapshot_cache.py), and who came

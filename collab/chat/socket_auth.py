@@ -3,10 +3,11 @@ thread, two queries (the session row; the user with their membership of the room
 
 Channels' AuthMiddleware read the session, then the user, and the consumer then read the
 membership and the session's expiry again: four queries on four trips per connect, on
-the one database thread every connect of a process shares (docs/architecture.md,
-"Connects that cost little"). The rules are Django's and Channels' own: the session's
-backend must be one of AUTHENTICATION_BACKENDS, the user active, and the session's auth
-hash must match the account's (else the session is flushed, as Channels does).
+the one database thread every connect of a process shares
+(docs/architecture.md#a-connects). The rules are Django's and Channels' own: the
+session's backend must be one of AUTHENTICATION_BACKENDS, the user active, and the
+session's auth hash must match the account's (else the session is flushed, as Channels
+does).
 """
 
 from __future__ import annotations

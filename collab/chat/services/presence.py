@@ -3,11 +3,12 @@ process (a member is online while any socket of theirs, on any process, is open)
 told to the room as changes, at most one frame per room every `PRESENCE_MS`.
 
 Announcing the whole list on every connect cost a room of N members reconnecting at once
-N lists of N entries each, every one a database read and a render (docs/benchmarks.md,
-issue 38). Here a process notes whose presence changed, and once per interval per room
-sends one frame with an entry for each of them, as the shared state has them then. A
-room listed in part (more members than MEMBERS_LISTED, online first) gets its whole
-list instead, debounced the same: a change there can reorder what is shown.
+N lists of N entries each, every one a database read and a render
+(docs/architecture.md#a-connects). Here a process notes whose presence changed, and once
+per interval per room sends one frame with an entry for each of them, as the shared
+state has them then. A room listed in part (more members than MEMBERS_LISTED, online
+first) gets its whole list instead, debounced the same: a change there can reorder what
+is shown.
 """
 
 from __future__ import annotations

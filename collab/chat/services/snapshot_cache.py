@@ -1,6 +1,5 @@
 """What every member's snapshot of a room shares, read once per room and reused by every
-socket that (re)connects to it while nothing has changed (docs/architecture.md,
-"Connects that cost little").
+socket that (re)connects to it while nothing has changed (docs/architecture.md#a-connects).
 
 After a restart or an outage every socket of a room asks for its snapshot at once; each
 read took the database thread for several queries (the room's recent messages, its

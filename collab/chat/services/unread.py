@@ -93,8 +93,8 @@ def _unread(user_id: int) -> Q:
 
 def _summary_sql() -> tuple[str, str]:
     """The two queries of `summary`, as SQL: every socket's connect runs them, and the ORM
-    took longer to compose them than the database to answer (docs/architecture.md,
-    "Connects that cost little"). Their filter is `_unread`'s, which the tests hold them to."""
+    took longer to compose them than the database to answer (docs/architecture.md#a-connects).
+    Their filter is `_unread`'s, which the tests hold them to."""
     q = connection.ops.quote_name
     msg, member, room = (q(m._meta.db_table) for m in (Message, Membership, Room))
     unread = (
