@@ -50,7 +50,9 @@ class RoomConsumer(AsyncWebsocketConsumer):
     # Staff who are not members: the room live, no action, and no presence (not "online").
     read_only = False
     outbox: Outbox
+    # Made at the socket's first action: most sockets of a room at rest never send one.
     _worker: asyncio.Task[None] | None = None
+    _inbox: asyncio.Queue[str | None]
     _expiry: asyncio.TimerHandle | None = None
     _session_watch: asyncio.Task[None] | None = None
     _gone = False
@@ -64,7 +66,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         # Per reply, the next offset this socket expects (inf: no more pieces, only its final).
         self.floors: dict[int, float] = {}
-        self._inbox: asyncio.Queue[str | None] = asyncio.Queue()
         self._snapshot_lock = asyncio.Lock()
         self._snapshots = 0  # snapshots asked for and not yet out (frames are held until none is)
         self.outbox = Outbox(self._send_now, self._too_slow)
@@ -98,7 +99,6 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.disconnect(1011)
             raise
         loop = asyncio.get_running_loop()
-        self._worker = loop.create_task(self._work())
         self._session_watch = loop.create_task(self._watch_session(found.session_left))
 
     async def _send_snapshot(self) -> None:
@@ -332,6 +332,11 @@ class RoomConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.room_id is None or self.user_id is None:
             return
+        if self._worker is None:
+            if self._gone:
+                return
+            self._inbox = asyncio.Queue()
+            self._worker = asyncio.get_running_loop().create_task(self._work())
         if self._inbox.qsize() >= MAX_QUEUED_ACTIONS:
             await self._tell(rendering.frame_error("frame.too_many", "Too many actions at once; slow down."))
             return
