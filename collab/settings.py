@@ -414,6 +414,9 @@ COLLAB: dict[str, Any] = {
     "MAX_EXTRACTED_CHARS": env_int("COLLAB_MAX_EXTRACTED_CHARS", 2_000_000),
     "FILE_PART_CHARS": env_int("COLLAB_FILE_PART_CHARS", 2000),
     "ORPHAN_UPLOAD_HOURS": env_float("COLLAB_ORPHAN_UPLOAD_HOURS", 24.0),
+    # Room sockets admitted per second by one process (a token bucket, burst the same); past
+    # it the handshake is closed 4429 with a retry hint (collab/chat/admission.py). 0: no limit.
+    "CONNECT_RATE": env_float("COLLAB_CONNECT_RATE", 600.0),
     # SIGTERM: how long running replies may finish before the rest are stored `interrupted`.
     "DRAIN_S": env_float("COLLAB_DRAIN_S", 10.0),
     # The process's background work: control listener, heartbeat, sweep (collab/chat/lifecycle.py).

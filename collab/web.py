@@ -72,11 +72,28 @@ def write_eagerly() -> None:
     tcp.Port.transport = eager_server()
 
 
+def close_with_reason() -> None:
+    """Send the ASGI `websocket.close` message's `reason` in the close frame: Daphne
+    (4.2) drops it, and a 4429's reason is its retry hint (docs/wire.md, 4429)."""
+    from daphne.ws_protocol import WebSocketProtocol
+
+    reply = WebSocketProtocol.handle_reply
+
+    def handle_reply(self: WebSocketProtocol, message: dict[str, Any]) -> None:
+        if message.get("type") == "websocket.close" and message.get("reason") and self.state != self.STATE_CONNECTING:
+            self.sendClose(code=message.get("code") or 1000, reason=str(message["reason"]))
+            return
+        reply(self, message)
+
+    WebSocketProtocol.handle_reply = handle_reply  # type: ignore[method-assign]
+
+
 def main() -> None:
     use_uvloop()
     from daphne.cli import CommandLineInterface  # imports daphne.server: after the policy
 
     write_eagerly()  # after daphne.server installed its reactor
+    close_with_reason()
     CommandLineInterface.entrypoint()
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from collab.chat import broadcast, commands, fanout, metrics, rendering, socket_auth
+from collab.chat import admission, broadcast, commands, fanout, metrics, rendering, socket_auth
 from collab.chat.errors import ClientError
 from collab.chat.events import (
     AccountChanged,
@@ -70,8 +70,12 @@ class RoomConsumer(AsyncWebsocketConsumer):
         self._snapshots = 0  # snapshots asked for and not yet out (frames are held until none is)
         self.outbox = Outbox(self._send_now, self._too_slow)
         runtime.ensure_started()
-        if runtime.draining:  # shutting down: refuse the handshake; the page retries (another process)
-            await self.close()
+        # Before any database or layer work: past this process's connect rate, or draining,
+        # the page is told when to come back (collab/chat/admission.py, docs/wire.md 4429).
+        hint = admission.refusal(runtime.draining)
+        if hint is not None:
+            await self.accept()
+            await self.close(code=admission.CLOSE_COME_BACK_LATER, reason=admission.reason(hint))
             return
         slug = self.scope["url_route"]["kwargs"]["slug"]
         session = self.scope.get("session")

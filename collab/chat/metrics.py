@@ -46,3 +46,8 @@ RENDERS = Counter(
     "Markdown renders (chat/render_pool.py): rendered, or shown plain (deadline: past the budget; failed)",
     ["outcome"],
 )
+# Room sockets past admission control (collab/chat/admission.py), and those told 4429.
+CONNECTS = Counter("collab_connects", "Room WebSocket connects admitted (past admission control)")
+CONNECTS_REFUSED = Counter(
+    "collab_connects_refused", "Room WebSocket connects closed 4429 with a retry hint, by reason", ["reason"]
+)

@@ -441,27 +441,43 @@
   }
 
   // --- the socket -----------------------------------------------------------------------------------
-  if (window.htmx) {
-    // After a drop (a server restart, a network change): try again soon, then up to every 8 s.
-    htmx.config.wsReconnectDelay = function (retries) {
-      return Math.min(500 * Math.pow(2, retries), 8000) * (0.5 + Math.random() / 2);
-    };
+  // After a drop: full jitter, random() * min(8000, 500 * 2^retries) ms, at least 100 ms,
+  // so that a storm of pages spreads out (docs/wire.md, "Close codes the server sends").
+  // `retries`: attempts since the last open (the extension's count after 1006 and the like;
+  // the page's own, `drops`, after 4408 and 4503). The load generator copies it.
+  function backoff(retries) {
+    return Math.max(100, Math.random() * Math.min(8000, 500 * Math.pow(2, retries)));
   }
+  // 4429 "come back later", reason "retry=MS": wait MS + random() * MS (docs/wire.md).
+  function hinted(reason) {
+    var m = /^retry=(\d+)$/.exec(reason || "");
+    return m ? Number(m[1]) * (1 + Math.random()) : null;
+  }
+  var drops = 0;
+  window.collabConn = { backoff: backoff, hinted: hinted };
+  if (window.htmx) htmx.config.wsReconnectDelay = backoff;
   doc.addEventListener("htmx:wsOpen", function (e) {
     sock = e.detail && e.detail.socketWrapper;
     setConn("live", "ok");
     var errors = byId("errors");
     if (errors) errors.textContent = "";
   });
+  // The snapshot (the first frame) came: the next drop starts the back-off over.
+  doc.addEventListener("htmx:wsAfterMessage", function () { drops = 0; });
   doc.addEventListener("htmx:wsClose", function (e) {
     sock = null;
-    var code = e.detail && e.detail.event ? e.detail.event.code : 0;
-    if (code === 4408 || code === 4503) {
+    var event = e.detail && e.detail.event, code = event ? event.code : 0;
+    var again = e.detail && e.detail.socketWrapper;
+    // The extension reconnects by itself only after 1006, 1011, 1012 and 1013: these codes
+    // are the page's own, one reconnect each.
+    if (code === 4429 || code === 4408 || code === 4503) {
+      // 4429: this process takes no socket now (too many connecting, or shutting down);
       // 4408: this page fell too far behind the room; 4503: the server could not resync it.
-      // Either way, connect again and resume from a fresh snapshot.
+      // Connect again (after the hint, if any) and resume from a fresh snapshot.
       setConn("reconnecting…", "warn");
-      var again = e.detail.socketWrapper;
-      if (again) setTimeout(function () { again.reconnect(); }, 500 + Math.random() * 1500);
+      var delay = code === 4429 ? hinted(event.reason) : null;
+      if (delay === null) delay = backoff(drops++);
+      if (again) setTimeout(function () { again.reconnect(); }, delay);
     } else if (code === 4403) {
       setConn("no access to this room", "bad");
       if (!gone) leave("You no longer have access to this room: you can read what is here, but nothing you do is sent.");

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,6 +120,13 @@ def browser_sim(sim_app: tuple[str, SimulatorApp]) -> str:
 
 @pytest.fixture(scope="module")
 def site(browser_sim: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    with running_site(browser_sim, tmp_path_factory) as site:
+        yield site
+
+
+@contextmanager
+def running_site(browser_sim: str, tmp_path_factory: pytest.TempPathFactory, **settings: str) -> Iterator[Site]:
+    """The site (class Site) on these more environment variables, for the block."""
     env = {
         **os.environ,
         "COLLAB_LLM_BASE_URL": browser_sim,
@@ -126,6 +134,7 @@ def site(browser_sim: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         "DJANGO_SETTINGS_MODULE": "collab.settings",
         "COLLAB_SQLITE_PATH": str(tmp_path_factory.mktemp("browser") / "site.sqlite3"),
         "COLLAB_REDIS_PREFIX": f"browser{uuid.uuid4().hex[:8]}:",
+        **settings,
     }
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
