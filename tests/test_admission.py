@@ -18,9 +18,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from collab.chat import admission
+from collab.chat import admission, socket_auth
 from collab.chat.lifecycle import runtime
-from collab.chat.services import rooms
 from tests.conftest import World, connected, member
 from tests.servers import Daphne, manage, running_daphne
 
@@ -91,15 +90,15 @@ def test_a_socket_that_waited_its_hint_is_admitted() -> None:
 
 @pytest.fixture
 def no_room_lookup(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """rooms.room_for_socket (the connect's first database read), recording its calls."""
+    """socket_auth.admit (the connect's first database read), recording its calls."""
     calls: list[Any] = []
-    real = rooms.room_for_socket
+    real = socket_auth.admit
 
     def recording(*args: Any) -> Any:
         calls.append(args)
         return real(*args)
 
-    monkeypatch.setattr(rooms, "room_for_socket", recording)
+    monkeypatch.setattr(socket_auth, "admit", recording)
     return calls
 
 
