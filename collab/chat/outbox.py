@@ -38,9 +38,11 @@ class Outbox:
     ) -> None:
         self._send = send
         self._on_overflow = on_overflow
-        self._queue: deque[str] = deque()
+        # Made when first needed (a socket that keeps up never queues, nor waits to resume):
+        # an empty deque is 0.6 KB, and an Event holds one (docs/architecture.md#a-connects).
+        self._queue: deque[str] | None = None
         self._bytes = 0
-        self._wake = asyncio.Event()
+        self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing: asyncio.Task[None] | None = None
         self.paused = False
@@ -110,11 +112,12 @@ class Outbox:
 
     def resumeProducing(self) -> None:
         self.paused = False
-        self._wake.set()
+        if self._wake is not None:
+            self._wake.set()
 
     def stopProducing(self) -> None:  # the connection is gone
         self.paused = True
-        self._queue.clear()
+        self._queue = None
         self._bytes = 0
 
     async def put(self, html: str) -> None:
@@ -126,12 +129,14 @@ class Outbox:
         self._enqueue(html)
 
     def _enqueue(self, html: str) -> None:
+        if self._queue is None:
+            self._queue = deque()
         self._queue.append(html)
         self._bytes += len(html.encode())
         loop = asyncio.get_running_loop()
         if len(self._queue) > self.max_frames or self._bytes > self.max_bytes:
             self.overflowed = True
-            self._queue.clear()
+            self._queue = None
             self._bytes = 0
             metrics.SOCKETS_TOO_SLOW.inc()
             self._closing = loop.create_task(self._on_overflow())  # held: a task only weakly referenced may vanish
@@ -141,12 +146,14 @@ class Outbox:
 
     async def _drain(self) -> None:
         try:
-            while self._queue and not self.overflowed:
+            while (queue := self._queue) and not self.overflowed:
                 if self.paused:
+                    if self._wake is None:
+                        self._wake = asyncio.Event()
                     self._wake.clear()
                     await self._wake.wait()
                     continue
-                html = self._queue.popleft()
+                html = queue.popleft()
                 self._bytes -= len(html.encode())
                 await self._send(html)
         except Exception:  # the socket closed meanwhile
@@ -164,8 +171,9 @@ class Outbox:
 
     def close(self) -> None:
         self.overflowed = True
-        self._queue.clear()
-        self._wake.set()
+        self._queue = None
+        if self._wake is not None:
+            self._wake.set()
 
 
 def _plain_frames(protocol: Any) -> bool:
