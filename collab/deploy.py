@@ -102,24 +102,26 @@ def redis_answers(url: str) -> str | None:
 
 # --- nginx --------------------------------------------------------------------------
 
-_UPSTREAM = re.compile(r"^upstream\s+collab\s*\{\n(?P<body>.*?)^\}", re.M | re.S)
+_UPSTREAM = re.compile(r"^upstream\s+(?P<name>[\w.-]+)\s*\{\n(?P<body>.*?)^\}", re.M | re.S)
 _UPSTREAM_SERVER = re.compile(r"^[ \t]*server\s+[^\s;{]+[^;{\n]*;[^\n]*\n", re.M)
 _LISTEN = re.compile(r"^[ \t]*listen\s[^;\n]*;[^\n]*\n", re.M)
 
 
 def render_site(site: str, host: str, port: int, upstreams: Sequence[int]) -> str:
-    """deploy/nginx.conf with its upstream servers and listen lines replaced."""
-    block = _UPSTREAM.search(site)
-    if block is None:
+    """deploy/nginx.conf with the servers of each upstream block (`collab` for pages,
+    `collab_rooms` for the room sockets) and its listen lines replaced."""
+    blocks = list(_UPSTREAM.finditer(site))
+    if not any(b.group("name") == "collab" for b in blocks):
         raise ValueError("no `upstream collab { ... }` block at the start of a line")
-    body = block.group("body")
-    first = _UPSTREAM_SERVER.search(body)
-    if first is None:
-        raise ValueError("the `upstream collab` block lists no `server HOST:PORT;` line")
-    indent = first.group(0)[: len(first.group(0)) - len(first.group(0).lstrip())]
-    servers = "".join(f"{indent}server 127.0.0.1:{p};\n" for p in upstreams)
-    body = body[: first.start()] + servers + _UPSTREAM_SERVER.sub("", body[first.start() :])
-    site = site[: block.start("body")] + body + site[block.end("body") :]
+    for block in reversed(blocks):  # from the end: the earlier offsets stay valid
+        body = block.group("body")
+        first = _UPSTREAM_SERVER.search(body)
+        if first is None:
+            raise ValueError(f"the `upstream {block.group('name')}` block lists no `server HOST:PORT;` line")
+        indent = first.group(0)[: len(first.group(0)) - len(first.group(0).lstrip())]
+        servers = "".join(f"{indent}server 127.0.0.1:{p};\n" for p in upstreams)
+        body = body[: first.start()] + servers + _UPSTREAM_SERVER.sub("", body[first.start() :])
+        site = site[: block.start("body")] + body + site[block.end("body") :]
 
     listens = list(_LISTEN.finditer(site))
     if not listens:

@@ -30,7 +30,8 @@ from collab.loadtest.config import RunConfig
 from collab.loadtest.frames import Frames
 from collab.loadtest.report import LATENCY_KEYS, REPORT_KEYS, knee_of, passes, summary, table
 from collab.loadtest.room import Post, RoomRun
-from collab.loadtest.sampler import Counters, Sampler, level_resources, loop_lag
+from collab.loadtest.route import Ring, room_path
+from collab.loadtest.sampler import Counters, Sampler, level_resources, loop_lag, receptions_per_frame
 from collab.loadtest.stats import Collector, Histogram, percentiles
 from collab.loadtest.wire import not_escaped, parse_frame, words_of_html, words_of_text
 from collab.loadtest.wsclient import ConnectionClosed, HandshakeError, WebSocket
@@ -402,6 +403,28 @@ def test_members_of_a_room_spread_over_the_server_processes() -> None:
     assert alone.target_of(alone.server_of(3)) == targets[0]
 
 
+def test_hashed_rooms_keep_their_members_on_one_process_and_spread_over_processes() -> None:
+    targets = [f"http://127.0.0.1:{p}" for p in (8001, 8002, 8003)]
+    rooms: list[dict[str, Any]] = [
+        {"slug": f"room-{n}", "users": [{"username": f"u{n}-{i}", "password": "pw"} for i in range(4)]}
+        for n in range(30)
+    ]
+    cfg = RunConfig(target=targets[0], targets=targets, rooms=rooms, route="hash", sockets_per_member=2)
+    placed: dict[str, int] = {}
+    for room in rooms:
+        servers = {c.server for c in RoomRun(cfg, room, Collector()).conns}
+        assert len(servers) == 1, (room["slug"], servers)  # every member and tab of a room: one process
+        placed[room["slug"]] = servers.pop()
+        assert placed[room["slug"]] == Ring(targets).server_of(room_path(room["slug"]))  # stable
+    assert set(placed.values()) == {0, 1, 2}  # rooms spread over every process
+    # Consistent: a process more moves only rooms onto the new one, never between the others.
+    more = Ring([*targets, "http://127.0.0.1:8004"])
+    moved = {slug for slug, i in placed.items() if more.server_of(room_path(slug)) != i}
+    assert moved and all(more.server_of(room_path(slug)) == 3 for slug in moved)
+    spread = RunConfig(target=targets[0], targets=targets, rooms=rooms, route="spread")
+    assert {c.server for c in RoomRun(spread, rooms[0], Collector()).conns} == {0, 1, 2}
+
+
 def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() -> None:
     sampler = Sampler()  # not started: fed by hand
     sampler.watch("server/0", 1, group="server")
@@ -420,7 +443,15 @@ def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() ->
         at=99.0,
         redis_calls={"publish": 10, "info": 5, "subscribe": 1},
         redis_cpu_s=1.0,
-        metrics=[{"collab_posts_total": 1.0, 'collab_replies_total{status="done"}': 1.0}, None],
+        metrics=[
+            {
+                "collab_posts_total": 1.0,
+                'collab_replies_total{status="done"}': 1.0,
+                'collab_frames_total{kind="delta"}': 10.0,
+                "collab_room_frames_received_total": 10.0,
+            },
+            None,
+        ],
     )
     # No token counter from the second server (no metrics token): no CPU per token.
     after = Counters(
@@ -432,6 +463,9 @@ def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() ->
                 "collab_posts_total": 4.0,
                 'collab_replies_total{status="done"}': 3.0,
                 'collab_replies_total{status="error"}': 1.0,
+                'collab_frames_total{kind="delta"}': 40.0,
+                'collab_frames_total{kind="final"}': 10.0,
+                "collab_room_frames_received_total": 30.0,
             },
             None,
         ],
@@ -440,9 +474,21 @@ def test_level_resources_sum_the_servers_and_count_redis_commands_per_reply() ->
     assert out["server_cpu_percent"] == 30.0  # (2 + 1) CPU seconds over 10 s
     assert out["server_rss_mb"] == 116.0  # the peak of the sum
     assert out["servers"] == [
-        {"target": "http://a", "cpu_percent": 20.0, "rss_mb": 55.0, "sockets": 3, "posts": 3, "replies": 3},
-        {"target": "http://b", "cpu_percent": 10.0, "rss_mb": 61.0, "sockets": 2, "posts": None, "replies": None},
+        {
+            "target": "http://a",
+            **{"cpu_percent": 20.0, "rss_mb": 55.0, "sockets": 3, "posts": 3, "replies": 3},
+            **{"frames_sent": 40, "frames_received": 20},
+        },
+        {
+            "target": "http://b",
+            **{"cpu_percent": 10.0, "rss_mb": 61.0, "sockets": 2, "posts": None, "replies": None},
+            **{"frames_sent": None, "frames_received": None},
+        },
     ]
+    assert out["receptions_per_frame"] is None  # the second server's frames are not known
+    assert receptions_per_frame(out["servers"][:1]) == 0.5
+    both = [{"frames_sent": 30, "frames_received": 29}, {"frames_sent": 10, "frames_received": 38}]
+    assert receptions_per_frame(both) == round(67 / 40, 2)
     # 80 publish + 4 subscribe + 4 unsubscribe over 4 replies; the run's own INFO calls left out.
     assert out["redis_ops_per_reply"] == {"total": 22.0, "publish": 20.0, "subscribe": 1.0, "unsubscribe": 1.0}
     assert out["redis_calls"] == {"publish": 80, "subscribe": 4, "unsubscribe": 4}
@@ -574,15 +620,17 @@ def test_one_room_run_end_to_end(tmp_path: Path) -> None:
 @pytest.mark.loadtest
 @pytest.mark.redis
 @pytest.mark.timeout(600)
-def test_two_server_processes_share_each_room(tmp_path: Path) -> None:
-    """One room of 4 on two Daphne processes: members 0 and 2 on one, 1 and 3 on the other,
-    each logged in on the process it does not connect to; the Redis layer carries every
-    reply to the members of the other process."""
+@pytest.mark.parametrize("route", ["spread", "hash"])
+def test_two_server_processes_share_each_room(tmp_path: Path, route: str) -> None:
+    """One room of 4 on two Daphne processes, each member logged in on another process
+    than the one it connects to. Spread: members 0 and 2 on one, 1 and 3 on the other, and
+    the Redis layer carries every reply to both, each frame received twice. Hashed: the
+    room's four on one process, each frame received once."""
     redis_url = require_redis()
     out = tmp_path / "out.json"
     cmd = [
         sys.executable, str(ROOT / "manage.py"), "loadtest", "--scenario", "one-room",
-        "--processes", "2", "--redis", redis_url, "--members", "4", "--duration", "4",
+        "--processes", "2", "--route", route, "--redis", redis_url, "--members", "4", "--duration", "4",
         "--reply-tokens", "200", "--offered", "1", "--json", str(out), "--keep", str(tmp_path / "run"),
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=540, check=False)
@@ -591,6 +639,7 @@ def test_two_server_processes_share_each_room(tmp_path: Path) -> None:
     for key in REPORT_KEYS:
         assert key in report, key
     assert report["params"]["processes"] == 2 and report["params"]["layer"] == "pubsub"
+    assert report["params"]["route"] == route
 
     # Integrity, at every member of both processes.
     assert report["chars_lost"] == 0
@@ -602,16 +651,29 @@ def test_two_server_processes_share_each_room(tmp_path: Path) -> None:
     assert report["details"]["final_mismatch"] == 0
     assert report["details"]["member_replies"] == 4 * report["replies_completed"]
 
-    # The members really were on two processes, and both took posts (ran replies) that
-    # the members of the other one received.
     servers = report["servers"]
     assert len(servers) == 2 and servers[0]["target"] != servers[1]["target"]
-    assert [s["sockets"] for s in servers] == [2, 2]
     for s in servers:
         assert s["cpu_percent"] > 0 and s["rss_mb"] > 0, s
-        assert s["posts"] > 0 and s["replies"] > 0, s
     assert sum(s["posts"] for s in servers) == report["details"]["posts"]
     assert report["server_cpu_percent"] == pytest.approx(sum(s["cpu_percent"] for s in servers), abs=0.5)
+    sent = sum(s["frames_sent"] for s in servers)
+    assert sent > 0
+    if route == "spread":
+        # The members really were on two processes, and both took posts (ran replies)
+        # that the members of the other one received: every frame reached both.
+        assert [s["sockets"] for s in servers] == [2, 2]
+        for s in servers:
+            assert s["posts"] > 0 and s["replies"] > 0, s
+        assert report["receptions_per_frame"] > 1.5
+    else:
+        # One process held the room and took every post; the other received no frame of it.
+        home = max(servers, key=lambda s: s["sockets"])
+        other = servers[1 - servers.index(home)]
+        assert [home["sockets"], other["sockets"]] == [4, 0]
+        assert home["posts"] == report["details"]["posts"] and other["posts"] == 0
+        assert other["frames_received"] == 0
+        assert 0.5 < report["receptions_per_frame"] <= 1.0
 
     # Redis' commands per reply: the layer publishes each frame once to the room's group.
     ops = report["redis_ops_per_reply"]
@@ -620,6 +682,7 @@ def test_two_server_processes_share_each_room(tmp_path: Path) -> None:
     assert isinstance(report["redis_cpu_percent"], int | float)
     text = summary(report) + table([report])
     assert "server processes: #0" in text and "commands per reply" in text
+    assert f"rooms {route}: " in text and "receptions per frame" in text
 
 
 def test_the_tokens_read_in_the_window_are_each_replys_share_of_its_stream_inside_it() -> None:

@@ -51,11 +51,23 @@ def listening(port: int) -> bool:
 # --- the nginx configuration ----------------------------------------------------------
 
 
+def upstreams(site: str) -> dict[str, str]:
+    """Each `upstream NAME { ... }` block's body, by name."""
+    return dict(re.findall(r"^upstream\s+(\S+)\s*\{\n(.*?)^\}", site, re.M | re.S))
+
+
 def test_the_site_gets_the_workers_and_the_port_of_the_run() -> None:
     site = deploy.NGINX_SITE.read_text()
-    assert re.findall(r"^\s*server 127\.0\.0\.1:(\d+);", site, re.M) == ["8001", "8002", "8003", "8004"]
+    servers = r"^\s*server 127\.0\.0\.1:(\d+);"
+    assert [re.findall(servers, body, re.M) for body in upstreams(site).values()] == [
+        ["8001", "8002", "8003", "8004"]
+    ] * 2
     rendered = deploy.render_site(site, "127.0.0.1", 9000, [9001, 9002])
-    assert re.findall(r"^\s*server 127\.0\.0\.1:(\d+);", rendered, re.M) == ["9001", "9002"]
+    # Both upstreams, pages' and sockets', get the run's workers.
+    assert {name: re.findall(servers, body, re.M) for name, body in upstreams(rendered).items()} == {
+        "collab": ["9001", "9002"],
+        "collab_rooms": ["9001", "9002"],
+    }
     assert re.findall(r"^\s*listen\s+(\S+);", rendered, re.M) == ["127.0.0.1:9000"]
     # Everything else is the production file's: the socket settings, and the comments.
     for kept in ("keepalive 32;", "proxy_read_timeout 1d;", "proxy_buffering off;", "#   listen 443 ssl http2;"):
@@ -63,6 +75,31 @@ def test_the_site_gets_the_workers_and_the_port_of_the_run() -> None:
     assert deploy.render_site(site, "::1", 9000, [9001]).count("listen [::1]:9000;") == 1
     with pytest.raises(ValueError):
         deploy.render_site(site.replace("upstream collab", "upstream app"), "127.0.0.1", 9000, [9001])
+
+
+def test_room_sockets_are_hashed_by_room_and_pages_are_not() -> None:
+    """docs/architecture/processes.md, "Rooms kept together": the socket's path names the
+    room (collab/routing.py), nginx hashes it consistently; pages keep round robin."""
+    from collab.routing import websocket_urlpatterns
+
+    assert str(websocket_urlpatterns[0].pattern) == "ws/rooms/<slug:slug>/"
+    rendered = deploy.render_site(deploy.NGINX_SITE.read_text(), "127.0.0.1", 9000, [9001, 9002, 9003])
+    blocks = upstreams(rendered)
+    rooms = [
+        line.strip()
+        for line in blocks["collab_rooms"].splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    # The balancing method before the servers (and before any keepalive, which nginx requires).
+    assert rooms == ["hash $uri consistent;", *(f"server 127.0.0.1:{p};" for p in (9001, 9002, 9003))]
+    assert "hash" not in blocks["collab"] and "keepalive 32;" in blocks["collab"]
+    locations = dict(re.findall(r"^\s*location\s+([^{]+?)\s*\{\n(.*?)^\s*\}", rendered, re.M | re.S))
+    assert "proxy_pass http://collab_rooms;" in locations["/ws/"]
+    # A draining worker refuses the handshake with 403: the next worker on the ring takes it.
+    assert re.search(r"^\s*proxy_next_upstream error timeout http_403;", locations["/ws/"], re.M)
+    for where, body in locations.items():
+        if where != "/ws/" and "proxy_pass" in body:
+            assert "proxy_pass http://collab;" in body, where
 
 
 def test_nginx_accepts_the_production_site_and_the_generated_config(tmp_path: Path) -> None:

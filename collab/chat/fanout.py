@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
-from collab.chat import broadcast, wsbytes
+from collab.chat import broadcast, metrics, wsbytes
 from collab.chat.events import room_group
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,7 @@ class _Hub:
                 _forwarding.add(task)  # held until done: the loop keeps only a weak reference
                 task.add_done_callback(_forwarding.discard)
             return
+        metrics.FRAMES_RECEIVED.inc()
         watchers.saw(self.room_id, event)  # a frame it did not expect: what it knew of the room is forgotten
         data = wsbytes.text_frame(event["html"].encode())  # once for every socket of the room
         for receiver in list(self.sockets.values()):

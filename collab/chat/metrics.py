@@ -18,6 +18,9 @@ REPLY_TTFT = Histogram(
 )
 REPLY_TOKENS = Counter("collab_reply_tokens", "Tokens streamed by replies")
 FRAMES = Counter("collab_frames", "Frames broadcast to rooms, by kind", ["kind"])
+# One per frame per process that holds a socket of the room (fanout.py's hub): summed over
+# the processes and divided by FRAMES, how many processes each frame reached (docs/wire.md).
+FRAMES_RECEIVED = Counter("collab_room_frames_received", "Room frames this process received for its sockets")
 SOCKETS = Gauge("collab_sockets_open", "Room WebSockets open on this process")
 SOCKETS_TOO_SLOW = Counter("collab_sockets_too_slow", "Sockets closed (4408) for falling too far behind")
 TYPING = Counter("collab_typing", "Typing notices: broadcast, or dropped (over a member's cap)", ["outcome"])

@@ -10,9 +10,12 @@ holds only what a user of the site would have: the server's address, the account
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 from typing import Any
+
+from collab.loadtest.route import Ring, room_path
 
 __all__ = ["RunConfig", "ws_base"]
 
@@ -21,9 +24,12 @@ __all__ = ["RunConfig", "ws_base"]
 class RunConfig:
     target: str  # http://127.0.0.1:PORT
     rooms: list[dict[str, Any]]  # seed_loadtest's "rooms" (users may carry a "session")
-    # Several server processes of one app: member i of every room uses targets[i % N]
-    # (empty: every member uses ``target``).
+    # Several server processes of one app (empty: every member uses ``target``); `route`
+    # says which one a room's member connects to (collab/loadtest/route.py): "spread",
+    # member i of every room uses targets[i % N]; "hash", every member of a room uses the
+    # process its socket's path hashes to.
     targets: list[str] = dataclasses.field(default_factory=list)
+    route: str = "spread"
     post_rate: float = 0.5  # posts per second per room, Poisson; 0: idle sockets only
     mentions: int = 1  # assistants @mentioned per post (the first N of the room's)
     duration_s: float = 10.0  # posting phase
@@ -60,9 +66,18 @@ class RunConfig:
     def origin_header(self) -> str:
         return self.origin or self.target.rstrip("/")
 
-    def server_of(self, member: int) -> int:
-        """Which server process the room's ``member``-th member (from 0) connects to."""
-        return member % len(self.targets) if self.targets else 0
+    def server_of(self, member: int, slug: str = "") -> int:
+        """Which server process the room's ``member``-th member (from 0) connects to; with
+        route "hash" and the room's ``slug``, the room's process whoever the member is."""
+        if not self.targets:
+            return 0
+        if self.route == "hash" and slug:
+            return self._ring.server_of(room_path(slug))
+        return member % len(self.targets)
+
+    @functools.cached_property
+    def _ring(self) -> Ring:
+        return Ring(self.targets)
 
     def target_of(self, server: int) -> str:
         return (self.targets[server] if self.targets else self.target).rstrip("/")

@@ -50,6 +50,7 @@ REPORT_KEYS = (
     "server_loop_lag_ms",
     "generator_cpu_percent",
     "servers",
+    "receptions_per_frame",
     "redis_cpu_percent",
     "redis_ops_per_reply",
 )
@@ -103,6 +104,8 @@ def build_step(
         "server_loop_lag_ms": resources.get("server_loop_lag_ms"),
         "generator_cpu_percent": gen_cpu,
         "servers": list(resources.get("servers", [])),  # each server process
+        # Processes that received each room frame, on average (docs/wire.md): 1.0 with rooms hashed.
+        "receptions_per_frame": resources.get("receptions_per_frame"),
         "redis_cpu_percent": resources.get("redis_cpu_percent"),
         "redis_ops_per_reply": resources.get("redis_ops_per_reply"),
     }
@@ -285,9 +288,13 @@ def summary(step: Mapping[str, Any]) -> str:
         each = [
             f"#{i} {_f(s.get('cpu_percent'), 0)}% CPU {_f(s.get('rss_mb'), 0)} MB"
             f" {_f(s.get('sockets'))} sockets {_f(s.get('posts'))} posts {_f(s.get('replies'))} replies"
+            f" {_f(s.get('frames_received'))} frames received"
             for i, s in enumerate(servers)
         ]
         line += "\n  server processes: " + "; ".join(each)
+        route = step.get("params", {}).get("route", "?")
+        line += f"\n  rooms {route}: {_f(step.get('receptions_per_frame'), 2)} receptions per frame"
+        line += f", {_f(step.get('server_cpu_us_per_delivery'), 1)} us of server CPU per delivery"
     ops = step.get("redis_ops_per_reply")
     if ops or step.get("redis_cpu_percent") is not None:
         line += f"\n  Redis: {_f(step.get('redis_cpu_percent'), 0)}% CPU"

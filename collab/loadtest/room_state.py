@@ -94,10 +94,11 @@ class RoomState:
         self.live = live if live is not None else {}
         self.rng = random.Random(f"{cfg.seed}:{self.slug}")
         self.conns: list[Conn] = []
-        # Member i connects to server process i mod N (its tabs too): a room spans them all.
+        # Member i connects to server process i mod N (its tabs too), so a room spans them
+        # all; or, route "hash", every member to the room's one process (config.RunConfig).
         for i, u in enumerate(self.users):
             for _ in range(max(1, cfg.sockets_per_member)):
-                self.conns.append(Conn(len(self.conns), u["username"], cfg.server_of(i)))
+                self.conns.append(Conn(len(self.conns), u["username"], cfg.server_of(i, self.slug)))
         self.cache: dict[bytes, Parsed] = {}
         self.posts: dict[str, Post] = {}
         self.reply_post: dict[int, Post] = {}

@@ -52,7 +52,7 @@ class Level:
 class Servers:
     """The server processes under test, as the run reaches and measures them."""
 
-    targets: list[str]  # each process's base URL; member i of a room uses targets[i % N]
+    targets: list[str]  # each process's base URL; which a member uses: RunConfig.server_of
     model_url: str
     layer: str
     metrics_token: str = ""  # for each process's GET /metrics ("": not read)
@@ -81,6 +81,7 @@ def _level_params(sc: Scenario, level: Level, opts: Options, servers: Servers) -
         "coalesce_ms": sc.coalesce_ms,
         "layer": servers.layer,
         "processes": len(servers.targets),
+        **({"route": sc.route} if len(servers.targets) > 1 else {}),
         "duration_s": sc.duration_s,
         "login": sc.login if not opts.target else "http",
         "generator_processes": max(1, sc.workers),
@@ -142,6 +143,7 @@ def run_level(
     cfg = RunConfig(
         target=servers.targets[0],
         targets=list(servers.targets),
+        route=sc.route,
         rooms=chosen,
         post_rate=sc.post_rate(),
         mentions=sc.mentions,
@@ -293,7 +295,8 @@ def run(opts: Options, say: Say) -> dict[str, Any]:
                 servers = Servers(stack.targets, stack.model_url, sc.layer, stack.metrics_token, stack.redis_url)
                 where = " ".join(stack.targets)
                 if len(stack.targets) > 1:
-                    where = f"{len(stack.targets)} processes {where} (room members spread over them)"
+                    how = "each room on one, by hash" if sc.route == "hash" else "each room's members spread over them"
+                    where = f"{len(stack.targets)} processes {where} ({how})"
                 say(f"server {where} (layer {sc.layer}, coalescing {sc.coalesce_ms:g} ms), model {stack.model_url}")
                 if len(stack.targets) > 1 and not opts.database_url:
                     say("the server processes share one SQLite file (WAL): fine for a load test on one machine;")

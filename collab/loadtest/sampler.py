@@ -263,9 +263,12 @@ def level_resources(
                 "sockets": col.counts.get(f"sockets_server_{i}", 0),  # the members' sockets it served
                 "posts": _grown(m0, m1, "collab_posts_total"),  # the posts it took
                 "replies": _grown(m0, m1, "collab_replies_total{"),  # the replies it ran
+                "frames_sent": _grown(m0, m1, "collab_frames_total{"),  # room frames it broadcast
+                "frames_received": _grown(m0, m1, "collab_room_frames_received_total"),  # for its sockets
             }
         )
     out["servers"] = servers
+    out["receptions_per_frame"] = receptions_per_frame(servers)
     out.update(cpu_per_unit(sampler, col, before, after))
     out["server_loop_lag_ms"] = loop_lag(before.metrics, after.metrics)
     if before.redis_calls is not None and after.redis_calls is not None:
@@ -296,6 +299,19 @@ def idle_cpu(sampler: Sampler, started: float, window: Sequence[float], sockets:
     rest, _ = sampler.window("server", window[0], window[1])
     per = round(cpu / 100 * ramp * 1000 / sockets, 2) if cpu is not None else None
     return {"cpu_ms_per_connect": per, "connects_per_s": round(sockets / ramp, 1), "cpu_percent_at_rest": rest}
+
+
+def receptions_per_frame(servers: Sequence[Mapping[str, Any]]) -> float | None:
+    """How many processes received each room frame, on average: the frames the processes
+    received for their sockets over the frames broadcast (1.0 when each room lives on one
+    process; k when its members are spread over k). None without the metrics."""
+    sent = received = 0
+    for server in servers:
+        if server.get("frames_sent") is None or server.get("frames_received") is None:
+            return None
+        sent += int(server["frames_sent"])
+        received += int(server["frames_received"])
+    return round(received / sent, 2) if sent else None
 
 
 def cpu_per_unit(sampler: Sampler, col: Collector, before: Counters, after: Counters) -> dict[str, float | None]:

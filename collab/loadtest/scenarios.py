@@ -31,7 +31,10 @@ class Scenario:
     login: Literal["http", "session"] = "http"
     sockets: int = 0  # idle: WebSockets per level are levels[i] (rooms x members x tabs)
     workers: int = 0  # Locust worker processes (0: one process, the local runner)
-    processes: int = 1  # Daphne server processes; member i of a room connects to process i mod N
+    processes: int = 1  # Daphne server processes
+    # With several: "hash", a room's members all connect to the process its socket's path
+    # hashes to (as deploy/nginx.conf routes them); "spread", member i to process i mod N.
+    route: str = "hash"
     stop_at_knee: bool = True  # a sweep stops after the first level past the knee
     # Agents (issue 13): the seeded assistants are agents and every post is this script of
     # tool calls for the simulated model (collab/simulator/README.md, "Tool calls (agents)").

@@ -236,7 +236,7 @@ class Command(BaseCommand):
         logs = Path(os.path.relpath(state, settings.BASE_DIR))
         return (
             f"\ncollab is running at {url}/  (nginx, logs in {logs}/)\n"
-            f"  in front of {workers} Daphne workers:\n{listed}\n"
+            f"  in front of {workers} Daphne workers (pages in turn, each room's sockets on one by hash):\n{listed}\n"
         )
 
     def start_model(self, children: Children, model: str) -> None:

@@ -1,8 +1,8 @@
 """``python manage.py loadtest --scenario NAME [--json FILE]`` (docs/wire.md).
 
 Starts what the scenario needs on loopback (the simulated model, Daphne with the
-scenario's settings -- ``--processes N`` of them, each room's members spread over them
--- and a private Redis when the layer needs one), seeds accounts, runs
+scenario's settings -- ``--processes N`` of them, each room on one (``--route hash``) or
+its members spread over them (``--route spread``) -- and a private Redis when the layer needs one), seeds accounts, runs
 the Locust simulated users headless, stops everything it started, and prints a table
 (with a progress line while it runs). ``--target URL --credentials FILE`` runs the
 users against a server elsewhere instead, starting nothing. See docs/loadtest.md.
@@ -78,8 +78,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--processes",
             type=int,
-            help="Daphne server processes to start (default 1); each room's members are spread over them;"
+            help="Daphne server processes to start (default 1), rooms placed on them by --route;"
             " 2 or more need a Redis layer",
+        )
+        parser.add_argument(
+            "--route",
+            choices=["hash", "spread"],
+            help="with --processes 2 or more: 'hash' (default) puts each room's members on the process its"
+            " socket's path hashes to, as deploy/nginx.conf does; 'spread' puts member i on process i mod N",
         )
         parser.add_argument("--database-url", default="", help="PostgreSQL instead of a throwaway SQLite")
         parser.add_argument("--keep", default="", help="keep logs and files in this folder")
@@ -117,6 +123,7 @@ class Command(BaseCommand):
             "login": "login",
             "workers": "workers",
             "processes": "processes",
+            "route": "route",
             "runs": "runs",
         }
         for opt, field in overrides.items():
