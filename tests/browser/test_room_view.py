@@ -182,3 +182,19 @@ def test_elapsed_time_while_waiting_for_the_first_token(chromium: Any, site: Any
     screenshot(bob, "room-waiting")
     article.get_by_role("button", name="Stop").click()
     bob.wait_for_selector(f"#{article.get_attribute('id')}[data-status=stopped]")
+
+
+def test_the_member_list_follows_who_comes_and_goes(chromium: Any, site: Any) -> None:
+    """Presence is told as changes (docs/wire.md, the member list): each changed member's
+    entry swapped in by its id, the list's order and the others' entries kept."""
+    alice = open_room(chromium, site, "alice")
+    bob_entry = alice.locator('#members li[data-user="bob"]')
+    order = alice.evaluate("() => [...document.querySelectorAll('#members li[data-user]')].map(li => li.dataset.user)")
+    bob = open_room(chromium, site, "bob")
+    alice.wait_for_function("() => document.querySelector('#members li[data-user=bob]').dataset.online === '1'")
+    assert bob_entry.get_attribute("class") == "online" and bob_entry.get_attribute("hx-swap-oob") is None
+    after = alice.evaluate("() => [...document.querySelectorAll('#members li[data-user]')].map(li => li.dataset.user)")
+    assert after == order  # swapped in place, one entry: nothing else moved or doubled
+    bob.close()
+    alice.wait_for_function("() => document.querySelector('#members li[data-user=bob]').dataset.online === '0'")
+    screenshot(alice, "room-member-left")
