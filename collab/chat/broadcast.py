@@ -31,6 +31,7 @@ from collab.chat.events import (
     room_group,
     user_group,
 )
+from collab.chat.shared.sharded import split_urls
 
 log = logging.getLogger(__name__)
 _warned = False  # _pubsub_target fell back (said once)
@@ -77,8 +78,10 @@ async def piece_to_room(
 
 def _pubsub_target(group: str) -> tuple[str, Any] | None:
     """(the group's Redis channel, the layer's serializer) when one script may publish
-    for the channel layer: channels_redis's pub/sub layer on one Redis, the shared
-    state's. Else None (in-memory layer, list-based layer, shards, another Redis)."""
+    for the channel layer: channels_redis's pub/sub layer on the shared state's Redis
+    servers, the same list in the same order (sharded, the shared state still declines
+    a channel that is not on its reply's server). Else None (in-memory layer, list-based
+    layer, other Redis servers)."""
     if not settings.COLLAB_SHARED_REDIS_URL or settings.COLLAB_SHARED_REDIS_URL != settings.REDIS_URL:
         return None
     layer = _layer()
@@ -88,7 +91,7 @@ def _pubsub_target(group: str) -> tuple[str, Any] | None:
         if not isinstance(layer, RedisPubSubChannelLayer):
             return None
         loop_layer = layer._get_layer()
-        if len(loop_layer._shards) != 1:
+        if len(loop_layer._shards) != len(split_urls(settings.REDIS_URL)):
             return None
         return loop_layer._get_group_channel_name(group), layer.serialize
     except (ImportError, AttributeError):  # channels_redis changed: the two-step path still works
