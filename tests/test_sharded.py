@@ -7,20 +7,25 @@ tests of two Daphnes in tests/test_sharded_cluster.py.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from channels.layers import channel_layers, get_channel_layer
 from channels_redis.utils import _consistent_hash
 
+from collab.chat import broadcast, shared
+from collab.chat.events import room_group
 from collab.chat.shared.base import LiveView
 from collab.chat.shared.sharded import ShardedState, shard_index, split_urls
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, REDIS_BACKENDS
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -220,3 +225,48 @@ async def test_a_restarted_server_lowers_the_uptime_and_loses_only_its_own_keys(
     kept = await state.read(replies)
     assert set(kept) == {r for r in replies if shard_index(r, 3) != gone}
     assert holders(shards, f"{p}leases") == sorted({0, 1, 2} - {gone})
+
+
+async def test_pieces_reach_the_rooms_group_whichever_server_holds_the_reply(
+    shards: list[RedisServer], settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """broadcast.piece_to_room on the pub/sub layer sharded over the same servers: one
+    command when the room's group channel is on its reply's server, two when it is not;
+    the frame reaches the group's member either way."""
+    urls = ",".join(s.url for s in shards)
+    prefix = f"bc{os.urandom(3).hex()}"
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": REDIS_BACKENDS["redis"], "CONFIG": {"hosts": split_urls(urls), "prefix": prefix}}
+    }
+    settings.COLLAB_SHARED_REDIS_URL = settings.REDIS_URL = urls
+    settings.COLLAB_REDIS_PREFIX = f"{prefix}:"
+    channel_layers.backends.clear()
+    try:
+        layer = get_channel_layer()
+        assert layer is not None
+        state = shared.backend()
+        assert isinstance(state, ShardedState)
+        room = 5
+        group_shard = shard_index(f"{prefix}__group__{room_group(room)}", 3)
+        same = next(r for r in range(100, 200) if shard_index(r, 3) == group_shard)
+        other = next(r for r in range(100, 200) if shard_index(r, 3) != group_shard)
+        channel = await layer.new_channel()
+        await broadcast.join(room_group(room), channel)
+        two_steps: list[int] = []
+        plain_append = state.append
+
+        async def append(reply_id: int, *args: Any, **kwargs: Any) -> None:
+            two_steps.append(reply_id)
+            await plain_append(reply_id, *args, **kwargs)
+
+        monkeypatch.setattr(state, "append", append)
+        for reply in (same, other):
+            await state.begin(reply, room, "P1")
+            await broadcast.piece_to_room(room, reply, "hi", 0, {"type": "room.frame", "kind": "piece", "n": reply})  # type: ignore[typeddict-item]
+            async with asyncio.timeout(5):
+                assert (await layer.receive(channel))["n"] == reply
+        assert two_steps == [other]  # the reply on the group's server took one command
+        assert {r: v.text for r, v in (await state.read([same, other])).items()} == {same: "hi", other: "hi"}
+    finally:
+        await shared.reset()
+        channel_layers.backends.clear()
