@@ -161,7 +161,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env("REDIS_URL")
 # Several Redis servers, comma separated (the same list, in the same order, on every
 # process): the channel layer shards its channels and groups over them, the shared state
-# its rooms and replies (docs/architecture.md#sharding-redis). One URL: one server, as ever.
+# its rooms and replies (docs/architecture.md#a-sharding). One URL: one server, as ever.
 REDIS_URLS = [u.strip() for u in REDIS_URL.split(",") if u.strip()]
 # State shared by the server processes (collab/chat/shared/): live replies, leases, rate
 # limits, presence. In Redis whenever the channel layer is, else in this process's memory;

@@ -1,7 +1,7 @@
 """The shared state sharded over three real Redis servers of the test's own (loopback,
 ports 6390-6399): every key on the server its room or reply hashes to, scripts never
 across servers, what asks about everything asking every server, and one server
-restarted (docs/architecture.md#sharding-redis). The same servers carry the scale-out
+restarted (docs/architecture.md#a-sharding). The same servers carry the scale-out
 tests of two Daphnes in tests/test_sharded_cluster.py.
 """
 

@@ -1,5 +1,5 @@
 """Two real Daphnes on three Redis servers (REDIS_URL a comma-separated list: the channel
-layer and the shared state sharded over them, docs/architecture.md#sharding-redis): the
+layer and the shared state sharded over them, docs/architecture.md#a-sharding): the
 scale-out tests of tests/test_multiprocess.py that touch every sharded part (a live reply
 seen on the other process, stop across processes, a dead owner's lease swept, presence),
 run again here, and one of the servers restarted mid-reply.

@@ -1,4 +1,4 @@
-"""The shared state over several Redis servers (docs/architecture.md#sharding-redis).
+"""The shared state over several Redis servers (docs/architecture.md#a-sharding).
 
 One `RedisState` per URL, each with the same key layout (redis.py) on its own server; this
 router picks the server of every call by a stable hash:

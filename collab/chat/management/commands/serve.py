@@ -178,7 +178,7 @@ class Command(BaseCommand):
                 "The in-memory channel layer lives inside one process: members on different "
                 "workers would not see each other's messages."
             )
-        for url in split_urls(settings.REDIS_URL):  # every shard (docs/architecture.md#sharding-redis)
+        for url in split_urls(settings.REDIS_URL):  # every shard (docs/architecture.md#a-sharding)
             problem = deploy.redis_answers(url)
             if problem:
                 raise CommandError(f"Redis does not answer at {url}: {problem}")
