@@ -10,6 +10,7 @@ once it has committed (`after_commit`): never a frame for a write that rolled ba
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ from collab.chat.events import (
     room_group,
     user_group,
 )
-from collab.chat.shared.sharded import split_urls
+from collab.chat.shared.sharded import shard_index, split_urls
 
 log = logging.getLogger(__name__)
 _warned = False  # _pubsub_target fell back (said once)
@@ -138,6 +139,33 @@ def to_user_sync(user_id: int, event: UserEvent) -> None:
 async def to_processes(event: Control) -> None:
     """A control event to every server process (lifecycle's listener acts on it)."""
     await _layer().group_send(PROCESSES_GROUP, event)
+
+
+def server_groups(name: str) -> list[str]:
+    """One group per Redis server of a sharded channel layer, each on its own server
+    (`{name}.{k}`, k chosen by channels_redis's hash: of the group's channel on the
+    pub/sub layer, of the group's name on the list one); [] with one server or none.
+    A message through each of them proves every server delivers again: the process's
+    own ping does not otherwise cross them all (docs/architecture.md#a-sharding)."""
+    urls = split_urls(settings.REDIS_URL)
+    if len(urls) < 2:
+        return []
+    config = settings.CHANNEL_LAYERS["default"]
+    pubsub = str(config["BACKEND"]).endswith("RedisPubSubChannelLayer")
+    prefix = config.get("CONFIG", {}).get("prefix", "asgi")
+    base = re.sub(r"[^\w.-]", "-", name)[:80]  # a group's name: letters, digits, - _ . only
+    found: dict[int, str] = {}
+    k = 0
+    while len(found) < len(urls):
+        group = f"{base}.{k}"
+        found.setdefault(shard_index(f"{prefix}__group__{group}" if pubsub else group, len(urls)), group)
+        k += 1
+    return [found[i] for i in range(len(urls))]
+
+
+async def to_group(group: str, event: dict[str, Any]) -> None:
+    """An event to every channel of a group (a process's own pings: `server_groups`)."""
+    await _layer().group_send(group, event)
 
 
 async def to_channel(channel: str, event: dict[str, Any]) -> None:
