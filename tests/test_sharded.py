@@ -293,3 +293,14 @@ async def test_sync_code_reads_a_rooms_presence_on_its_server(
         await state.join(room, room, "s")
     for room in rooms:
         assert await asyncio.to_thread(shared.online_sync, room) == {room}
+
+
+def test_a_process_pings_itself_through_every_server(shards: list[RedisServer], settings: Any) -> None:
+    settings.REDIS_URL = ",".join(s.url for s in shards)
+    for backend, hashed in ((REDIS_BACKENDS["redis"], "p__group__{}"), (REDIS_BACKENDS["redis-core"], "{}")):
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": backend, "CONFIG": {"hosts": [], "prefix": "p"}}}
+        groups = broadcast.server_groups("collab.ping.host:12:ab")
+        assert all(g.startswith("collab.ping.host-12-ab.") for g in groups)
+        assert [shard_index(hashed.format(g), 3) for g in groups] == [0, 1, 2]
+    settings.REDIS_URL = shards[0].url
+    assert broadcast.server_groups("collab.ping.x") == []  # one server: the ping as before
