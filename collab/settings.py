@@ -159,8 +159,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channel layer --------------------------------------------------------------
 REDIS_URL = env("REDIS_URL")
+# Several Redis servers, comma separated (the same list, in the same order, on every
+# process): the channel layer shards its channels and groups over them, the shared state
+# its rooms and replies (docs/architecture.md#a-sharding). One URL: one server, as ever.
+REDIS_URLS = [u.strip() for u in REDIS_URL.split(",") if u.strip()]
 # State shared by the server processes (collab/chat/shared/): live replies, leases, rate
-# limits, presence. In Redis whenever the channel layer is, else in this process's memory.
+# limits, presence. In Redis whenever the channel layer is, else in this process's memory;
+# a comma-separated list shards it (collab/chat/shared/sharded.py).
 COLLAB_SHARED_REDIS_URL = env("COLLAB_SHARED_REDIS_URL", REDIS_URL)
 # Every key collab writes in Redis, the channel layer's included, starts with this: two
 # deployments (or test runs) can share one Redis.
@@ -175,7 +180,7 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer"
             if _redis_layer == "core"
             else "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": COLLAB_REDIS_PREFIX + "asgi"},
+            "CONFIG": {"hosts": REDIS_URLS, "prefix": COLLAB_REDIS_PREFIX + "asgi"},
         }
     }
 else:

@@ -10,6 +10,7 @@ once it has committed (`after_commit`): never a frame for a write that rolled ba
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from collab.chat.events import (
     room_group,
     user_group,
 )
+from collab.chat.shared.sharded import shard_index, split_urls
 
 log = logging.getLogger(__name__)
 _warned = False  # _pubsub_target fell back (said once)
@@ -77,8 +79,10 @@ async def piece_to_room(
 
 def _pubsub_target(group: str) -> tuple[str, Any] | None:
     """(the group's Redis channel, the layer's serializer) when one script may publish
-    for the channel layer: channels_redis's pub/sub layer on one Redis, the shared
-    state's. Else None (in-memory layer, list-based layer, shards, another Redis)."""
+    for the channel layer: channels_redis's pub/sub layer on the shared state's Redis
+    servers, the same list in the same order (sharded, the shared state still declines
+    a channel that is not on its reply's server). Else None (in-memory layer, list-based
+    layer, other Redis servers)."""
     if not settings.COLLAB_SHARED_REDIS_URL or settings.COLLAB_SHARED_REDIS_URL != settings.REDIS_URL:
         return None
     layer = _layer()
@@ -88,7 +92,7 @@ def _pubsub_target(group: str) -> tuple[str, Any] | None:
         if not isinstance(layer, RedisPubSubChannelLayer):
             return None
         loop_layer = layer._get_layer()
-        if len(loop_layer._shards) != 1:
+        if len(loop_layer._shards) != len(split_urls(settings.REDIS_URL)):
             return None
         return loop_layer._get_group_channel_name(group), layer.serialize
     except (ImportError, AttributeError):  # channels_redis changed: the two-step path still works
@@ -135,6 +139,33 @@ def to_user_sync(user_id: int, event: UserEvent) -> None:
 async def to_processes(event: Control) -> None:
     """A control event to every server process (lifecycle's listener acts on it)."""
     await _layer().group_send(PROCESSES_GROUP, event)
+
+
+def server_groups(name: str) -> list[str]:
+    """One group per Redis server of a sharded channel layer, each on its own server
+    (`{name}.{k}`, k chosen by channels_redis's hash: of the group's channel on the
+    pub/sub layer, of the group's name on the list one); [] with one server or none.
+    A message through each of them proves every server delivers again: the process's
+    own ping does not otherwise cross them all (docs/architecture.md#a-sharding)."""
+    urls = split_urls(settings.REDIS_URL)
+    if len(urls) < 2:
+        return []
+    config = settings.CHANNEL_LAYERS["default"]
+    pubsub = str(config["BACKEND"]).endswith("RedisPubSubChannelLayer")
+    prefix = config.get("CONFIG", {}).get("prefix", "asgi")
+    base = re.sub(r"[^\w.-]", "-", name)[:80]  # a group's name: letters, digits, - _ . only
+    found: dict[int, str] = {}
+    k = 0
+    while len(found) < len(urls):
+        group = f"{base}.{k}"
+        found.setdefault(shard_index(f"{prefix}__group__{group}" if pubsub else group, len(urls)), group)
+        k += 1
+    return [found[i] for i in range(len(urls))]
+
+
+async def to_group(group: str, event: dict[str, Any]) -> None:
+    """An event to every channel of a group (a process's own pings: `server_groups`)."""
+    await _layer().group_send(group, event)
 
 
 async def to_channel(channel: str, event: dict[str, Any]) -> None:

@@ -114,6 +114,10 @@ class Runtime:
         self._uptime: float | None = None
         self._failed_at = -math.inf  # when a heartbeat last failed (loop time)
         self._control_channel: str | None = None
+        # Sharded layer: the ping goes through one group per Redis server (broadcast.server_groups),
+        # and the sockets are resynced once every one came back (each server's subscriptions are back).
+        self._ping_groups = broadcast.server_groups(f"collab.ping.{shared.PROCESS_ID}")
+        self._pinged: set[str] = set()
 
     @property
     def stale(self) -> bool:
@@ -122,6 +126,8 @@ class Runtime:
     @stale.setter
     def stale(self, away: bool) -> None:
         self._stale = away
+        if away:
+            self._pinged.clear()
         replies.distrust(away)  # frames lost unseen: what this process knows of its rooms is not trusted
 
     def ensure_started(self) -> None:
@@ -143,6 +149,8 @@ class Runtime:
             try:
                 channel = await layer.new_channel()
                 await broadcast.join(PROCESSES_GROUP, channel)
+                for group in self._ping_groups:
+                    await broadcast.join(group, channel)
                 self._control_channel = channel
                 while True:
                     self.on_control(await layer.receive(channel))
@@ -154,6 +162,9 @@ class Runtime:
     def on_control(self, event: dict[str, Any]) -> None:
         if event.get("type") == "process.ping":
             if event.get("process") == shared.PROCESS_ID and self.stale:
+                self._pinged.add(str(event.get("via", "")))
+                if not self._pinged.issuperset(self._ping_groups):
+                    return  # a server has not delivered it yet
                 self.stale = False
                 self._spawn(self._resync_sockets())
         elif event.get("type") == "reply.stop":
@@ -222,7 +233,12 @@ class Runtime:
             log.warning("could not check the sockets for finals they missed", exc_info=True)
         if self.stale and self._control_channel is not None:
             await broadcast.join(PROCESSES_GROUP, self._control_channel)  # the list layer may have lost it
-            await broadcast.to_channel(self._control_channel, {"type": "process.ping", "process": shared.PROCESS_ID})
+            ping = {"type": "process.ping", "process": shared.PROCESS_ID}
+            for group in self._ping_groups:  # sharded: through every server
+                await broadcast.join(group, self._control_channel)
+                await broadcast.to_group(group, {**ping, "via": group})
+            if not self._ping_groups:
+                await broadcast.to_channel(self._control_channel, ping)
 
     def status(self) -> dict[str, Any]:
         """What the admin's live page shows of this process, published every beat:

@@ -3,7 +3,8 @@ state, owner lease), posting rate limits, presence and providers' deployment-wid
 concurrency caps.
 
 With Redis (`REDIS_URL`) the state lives there and any process can read or change it;
-without, one process is the deployment and the same interface is kept in memory.
+with several Redis URLs (comma separated) it is sharded over them (sharded.py); without,
+one process is the deployment and the same interface is kept in memory.
 `backend()` returns the one for the running event loop.
 """
 
@@ -48,19 +49,23 @@ _redis: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str
 
 
 def backend() -> SharedState:
-    """Redis when `COLLAB_SHARED_REDIS_URL` (default: `REDIS_URL`) is set, else this
-    process's memory. Redis clients are per event loop (their connections belong to it)."""
+    """Redis when `COLLAB_SHARED_REDIS_URL` (default: `REDIS_URL`) is set, sharded when it
+    lists several URLs, else this process's memory. Redis clients are per event loop
+    (their connections belong to it)."""
     url = settings.COLLAB_SHARED_REDIS_URL
     if not url:
         return _memory
     from collab.chat.shared.redis import RedisState
+    from collab.chat.shared.sharded import ShardedState, split_urls
 
     loop = asyncio.get_running_loop()
     per_loop = _redis.setdefault(loop, {})
     key = (url, settings.COLLAB_REDIS_PREFIX)
     state = per_loop.get(key)
     if state is None:
-        state = per_loop[key] = RedisState(url, settings.COLLAB_REDIS_PREFIX)
+        urls = split_urls(url)
+        prefix = settings.COLLAB_REDIS_PREFIX
+        state = per_loop[key] = RedisState(urls[0], prefix) if len(urls) == 1 else ShardedState(urls, prefix)
     return state
 
 
@@ -89,7 +94,10 @@ def online_sync(room_id: int) -> set[int]:
     import redis
 
     from collab.chat.shared.redis import ONLINE, user_ids
+    from collab.chat.shared.sharded import shard_index, split_urls
 
+    urls = split_urls(url)
+    url = urls[shard_index(room_id, len(urls))]  # the room's server (sharded.py)
     script = _sync_clients.get(url)
     if script is None:
         client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)

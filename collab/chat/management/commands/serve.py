@@ -31,6 +31,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from collab import deploy
 from collab.chat.models import Assistant, Room
 from collab.chat.services import providers, rooms
+from collab.chat.shared.sharded import split_urls
 from collab.deploy import STAGE_MODEL, STAGE_PROXY, STAGE_WEB, Children
 from collab.llm import local
 
@@ -177,9 +178,10 @@ class Command(BaseCommand):
                 "The in-memory channel layer lives inside one process: members on different "
                 "workers would not see each other's messages."
             )
-        problem = deploy.redis_answers(settings.REDIS_URL)
-        if problem:
-            raise CommandError(f"Redis does not answer at {settings.REDIS_URL}: {problem}")
+        for url in split_urls(settings.REDIS_URL):  # every shard (docs/architecture.md#a-sharding)
+            problem = deploy.redis_answers(url)
+            if problem:
+                raise CommandError(f"Redis does not answer at {url}: {problem}")
         if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
             self.stdout.write(
                 self.style.WARNING(
