@@ -37,6 +37,10 @@ class RunConfig:
     runs: int = 0  # > 0: that many posts per room, each once the last reply ended (not Poisson)
     file_share: float = 0.0  # files: the share of posts that upload a file first (collab/loadtest/files.py)
     agent_script: str = ""  # agents: each post is @mentions + this tool script (collab/loadtest/agents.py)
+    # storm (issue 38): this share of the rooms posts one long reply at the start; sockets
+    # reconnect for as long as the run lasts, keeping what they had of each reply.
+    storm: bool = False
+    storm_share: float = 0.0
     sockets_per_member: int = 1  # > 1 opens several tabs per member (the idle scenario)
     tps: float = 750.0  # the model's tokens/s (its schedule gives each token's emission time)
     ttft_ms: float = 100.0  # the model's configured first-token delay (used without probes)

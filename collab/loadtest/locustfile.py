@@ -70,6 +70,7 @@ class _State:
     written = False
     phase = "starting"
     started = time.time()
+    go_at = 0.0  # when posting begins, wall clock (the storm's restart is timed from it)
 
 
 S = _State()
@@ -129,6 +130,7 @@ def _on_ready(environment: Environment, msg: Any, **_kw: Any) -> None:
     if S.ready == len(cfg.rooms):
         S.phase = "run"
         go = time.time() + 0.5
+        S.go_at = go
         _runner(environment).send_message("collab_go", {"at": go})
 
 
@@ -174,6 +176,7 @@ def _write_progress(environment: Environment) -> None:
         "rooms_ready": S.ready,
         "rooms_done": S.merged.rooms_done,
         "elapsed_s": round(time.time() - S.started, 1),
+        "go_at": S.go_at,
         "live": live,
         "at": time.time(),
     }
@@ -280,6 +283,7 @@ class RoomUser(User):
             if S.cpu_start is None:
                 S.cpu_start = (time.process_time(), time.time())
             go_at = time.perf_counter() + (go_wall - time.time())
+            run.go_wall = go_wall
             run.run(go_at)
             mine.window = [go_wall, go_wall + cfg.duration_s]
             run.drain()

@@ -23,4 +23,7 @@ class Options:
     locust_csv: str = ""
     seed: int = 0
     interactive: bool = False  # redraw one progress line (a terminal) or print one now and then
+    storm: str = "server"  # storm: restart the server process or Redis ("redis")
+    storm_after_s: float = 2.0  # storm: the restart, this long after posting began
+    storm_drain_s: float = 2.0  # storm: the old server's COLLAB_DRAIN_S
     asgi_app: str = "collab.asgi:application"  # what Daphne serves (a wrapper, to profile)

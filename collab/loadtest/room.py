@@ -94,7 +94,10 @@ class RoomRun(RoomConnections):
         cfg = self.cfg
         self.window = (go_at, go_at + cfg.duration_s)
         gevent.sleep(max(0.0, go_at - time.perf_counter()))
-        if cfg.runs > 0 and self.assistants:  # that many posts, each after the last reply ended
+        if cfg.storm:  # some rooms ask for one long reply, streaming when the server restarts
+            if self.assistants and self.storm_post:
+                self.post(0)
+        elif cfg.runs > 0 and self.assistants:  # that many posts, each after the last reply ended
             post_in_turn(cfg.runs, self.post, self._busy, go_at + cfg.duration_s + cfg.drain_s)
         elif cfg.post_rate > 0 and self.assistants and cfg.mentions > 0:
             at = go_at + self.rng.expovariate(cfg.post_rate)
@@ -109,10 +112,16 @@ class RoomRun(RoomConnections):
     def _busy(self) -> bool:  # replies streaming, or posts the server has not shown yet
         return bool(self.pending_finals) or any(not p.answered for p in self.posts.values())
 
+    def _away(self) -> bool:
+        """Storm: a socket that has not dropped and come back yet (one given up is not waited for)."""
+        return self.cfg.storm and any(
+            not c.gave_up and (not (c.reconnects or c.resynced) or not c.alive) for c in self.conns
+        )
+
     def drain(self) -> None:
         """Wait for the replies in flight to end everywhere, then judge what is left."""
         deadline = time.perf_counter() + self.cfg.drain_s
-        while self._busy() and time.perf_counter() < deadline:
+        while (self._busy() or self._away()) and time.perf_counter() < deadline:
             gevent.sleep(0.05)
         for msg in list(self.pending_finals):
             del self.pending_finals[msg]

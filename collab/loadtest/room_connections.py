@@ -14,6 +14,7 @@ from urllib.parse import quote
 import gevent
 import gevent.lock
 
+from collab.loadtest import backoff
 from collab.loadtest.client import LoginError, http_login
 from collab.loadtest.config import ws_base
 from collab.loadtest.room_replies import RoomReplies
@@ -22,8 +23,7 @@ from collab.loadtest.wsclient import ConnectionClosed, HandshakeError, WebSocket
 
 __all__ = ["RoomConnections"]
 
-_RECONNECT_DELAY_S = 0.5
-_MAX_RECONNECTS = 5
+_MAX_RECONNECTS = 5  # outside a storm: a socket that keeps dropping is given up
 
 
 _gate: gevent.lock.BoundedSemaphore | None = None
@@ -95,8 +95,9 @@ class RoomConnections(RoomReplies):
             except (OSError, HandshakeError) as exc:
                 gate.release()
                 self.collector.error("ws.connect_failed")
+                self.collector.count("close_refused")
                 self._event("connect", (time.perf_counter() - start) * 1000, exc=exc)
-                if not self._retry(c):
+                if not self._retry(c, None, ""):
                     return
                 continue
             c.ws = ws
@@ -110,6 +111,11 @@ class RoomConnections(RoomReplies):
                             released = True
                             gate.release()
                             c.alive = True
+                            c.retries = 0
+                            if c.reconnects and self.go_wall:  # back after a drop (the storm's measure)
+                                self.collector.add("storm_back_ms", (time.time() - self.go_wall) * 1000)
+                                self.collector.add("storm_attempt_ms", (now - start) * 1000)
+                                self.collector.count(f"storm_sec_{int(time.time())}")
                             ms = (now - start) * 1000
                             self.collector.add("connect_ms", ms)
                             self.collector.count("sockets")
@@ -117,6 +123,11 @@ class RoomConnections(RoomReplies):
                             self._live("sockets")
                             self._event("connect", ms)
                             c.ready.set()
+                        elif parsed.kind == "snapshot" and self.go_wall:
+                            # A fresh snapshot on an open socket: the server brought it up to
+                            # date in place (after a Redis outage), no reconnect needed.
+                            c.resynced = True
+                            self.collector.add("storm_resync_ms", (time.time() - self.go_wall) * 1000)
             except ConnectionClosed as exc:
                 if not released:
                     gate.release()
@@ -125,22 +136,29 @@ class RoomConnections(RoomReplies):
                 c.alive = False
                 if self.stopping:
                     return
+                self.collector.count(f"close_{exc.code if exc.code is not None else 'none'}")
                 if exc.code == 4403:
                     self.collector.error("ws.forbidden")
+                    c.gave_up = True
                     c.ready.set()
                     return
                 self.collector.error("ws.closed" if released else "ws.closed_before_snapshot")
-                self._drop_member(c)
-                if not self._retry(c):
+                if not self.cfg.storm:  # a storm keeps each socket's replies to check them resume
+                    self._drop_member(c)
+                if not self._retry(c, exc.code, getattr(exc, "reason", "")):
                     return
 
-    def _retry(self, c: Conn) -> bool:
+    def _retry(self, c: Conn, code: int | None, reason: str) -> bool:
+        """Wait as the page would (collab.loadtest.backoff), then say whether to try again."""
         c.reconnects += 1
-        if c.reconnects > _MAX_RECONNECTS or self.stopping:
+        wait = backoff.delay_ms(code, reason, c.retries)
+        c.retries += 1
+        if wait is None or self.stopping or (not self.cfg.storm and c.reconnects > _MAX_RECONNECTS):
+            c.gave_up = True
             c.ready.set()
             return False
         self.collector.count("reconnects")
-        gevent.sleep(_RECONNECT_DELAY_S)
+        gevent.sleep(wait / 1000.0)
         return True
 
     def _drop_member(self, c: Conn) -> None:

@@ -81,6 +81,9 @@ class RoomReplies(RoomState):
                 if a.role == "assistant":
                     self._final(a.msg, parsed, c.index)
         elif kind == "snapshot":
+            if c.replies and self.cfg.storm:
+                self._resume(c, parsed)
+                return parsed
             for a in parsed.articles:
                 if a.status == "streaming" and a.raw:
                     st = c.replies[a.msg] = MemberReply(joined_late=True)
@@ -93,6 +96,33 @@ class RoomReplies(RoomState):
             for code, _text in parsed.errors:
                 self.collector.error(code)
         return parsed
+
+    def _resume(self, c: Conn, parsed: Parsed) -> None:
+        """A socket back after a drop (storm): each reply it was following goes on from the
+        snapshot, which must hold its text so far unchanged; a reply that ended meanwhile is
+        the snapshot's whole article (docs/loadtest.md, "storm")."""
+        shown = {a.msg: a for a in parsed.articles}
+        for msg, st in list(c.replies.items()):
+            a = shown.get(msg)
+            if a is None:
+                continue
+            if a.status == "streaming" and a.raw:
+                prior = "".join(st.parts)
+                if not a.body.startswith(prior):
+                    self.collector.count("storm_resume_mismatch")
+                st.parts = [a.body]
+                st.have = len(a.body)
+                st.ahead.clear()
+                self.collector.count("storm_resumed")
+            elif msg in self.pending_finals:
+                del c.replies[msg]  # ended while away: the page shows the snapshot's article whole
+                self.collector.count("storm_ended_away")
+                self._member_done(msg, c.index, Parsed("final", articles=[a]))
+        for a in parsed.articles:  # a reply that began while the socket was away
+            if a.status == "streaming" and a.raw and a.msg not in c.replies:
+                st = c.replies[a.msg] = MemberReply(joined_late=True)
+                st.parts.append(a.body)
+                st.have = len(a.body)
 
     def _piece(self, st: MemberReply, p: Any, now: float) -> None:
         offset = p.offset

@@ -69,6 +69,9 @@ class Conn:
         self.ready = gevent.event.Event()
         self.alive = False
         self.reconnects = 0
+        self.retries = 0  # consecutive failed attempts (the back-off's exponent)
+        self.resynced = False  # got a fresh snapshot without reconnecting (storm)
+        self.gave_up = False  # no more attempts (4403, or too many drops outside a storm)
         self.greenlet: gevent.Greenlet | None = None
         # (sent, shown): when each of its posts left and when its own "new" frame came back
         self.posting: list[tuple[float, float]] = []
@@ -106,6 +109,8 @@ class RoomState:
         self.in_flight: set[int] = set()
         self.stopping = False
         self.window = (float("inf"), float("inf"))  # posting phase, perf_counter clock
+        self.storm_post = bool(room.get("storm_post"))  # storm: this room streams a reply at the restart
+        self.go_wall = 0.0  # when posting began, wall clock (the storm's times are from it)
         self._canon: dict[int, tuple[str, bool]] = {}
         self._final_frames: dict[int, Parsed] = {}
         self._mention_text = " ".join("@" + a for a in self.assistants[: max(0, cfg.mentions)])

@@ -30,6 +30,8 @@ from collab.loadtest.sampler import REDIS, Counters, Sampler, idle_cpu, level_re
 from collab.loadtest.scenarios import Scenario
 from collab.loadtest.stack import BASE_DIR, IDLE_ROOMS, Processes, Stack, redis_answers, warm_up
 from collab.loadtest.stats import Collector
+from collab.loadtest.storm import Restart, mark_posters
+from collab.loadtest.storm import check as check_storm
 
 __all__ = ["Options", "run"]
 
@@ -57,6 +59,7 @@ class Servers:
     layer: str
     metrics_token: str = ""  # for each process's GET /metrics ("": not read)
     redis_url: str = ""  # the channel layer's Redis, for INFO ("": not measured)
+    commands: dict[str, Any] = dataclasses.field(default_factory=dict)  # the stack's, for the storm
 
 
 def _level_params(sc: Scenario, level: Level, opts: Options, servers: Servers) -> dict[str, Any]:
@@ -140,6 +143,7 @@ def run_level(
     for p in (out, progress_path):
         p.unlink(missing_ok=True)
     chosen = [dict(r, users=list(r["users"])[: level.members]) for r in rooms[: level.rooms]]
+    mark_posters(chosen, sc.storm_share)
     cfg = RunConfig(
         target=servers.targets[0],
         targets=list(servers.targets),
@@ -148,7 +152,7 @@ def run_level(
         post_rate=sc.post_rate(),
         mentions=sc.mentions,
         duration_s=sc.duration_s,
-        drain_s=max(30.0, 5 * sc.reply_s()),
+        drain_s=max(60.0 if sc.name == "storm" else 30.0, 5 * sc.reply_s()),
         runs=sc.runs,
         agent_script=sc.agent_script,
         file_share=sc.file_share,
@@ -157,6 +161,8 @@ def run_level(
         ttft_ms=sc.ttft_ms,
         tick_ms=sc.tick_ms,
         model_url=servers.model_url,
+        storm=sc.name == "storm",
+        storm_share=sc.storm_share,
         seed=opts.seed,
         out=str(out),
         progress=str(progress_path),
@@ -186,11 +192,15 @@ def run_level(
     show = Progress(opts.interactive, say)
     deadline = time.monotonic() + budget + 30
     growth: list[tuple[int, float]] = []  # (sockets open, server RSS MB) while they open
+    restart = Restart(opts.storm, procs, sampler, servers.commands, servers.targets[0]) if sc.name == "storm" else None
     try:
         while proc.poll() is None:
             if time.monotonic() > deadline:
                 say("the load generator overran its time: stopping it")
                 break
+            if restart is not None and restart.due(progress_path, opts.storm_after_s):
+                say(f"storm: restarting the {opts.storm}")
+                restart.start()
             line, sockets = _progress_line(label, progress_path, sampler)
             show.show(line)
             rss = sampler.latest("server")[1]
@@ -211,7 +221,10 @@ def run_level(
         resources["kb_per_connection_slope"] = slope_kb(growth)
         resources.update(idle_cpu(sampler, started, col.window, col.counts.get("sockets", 0)))
     clean = {k: v for k, v in params.items() if not k.startswith("_")}
-    return build_step(sc.name, clean, col, resources, sc.ttft_ms, complete=bool(result.get("complete")))
+    step = build_step(sc.name, clean, col, resources, sc.ttft_ms, complete=bool(result.get("complete")))
+    if restart is not None:
+        step["storm"] = restart.report(col, progress_path, params["sockets"], say)
+    return step
 
 
 def _progress_line(label: str, path: Path, sampler: Sampler) -> tuple[str, int]:
@@ -279,6 +292,8 @@ def run(opts: Options, say: Say) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     try:
         with _sigterm_as_interrupt():
+            if opts.target and sc.name == "storm":
+                raise RuntimeError("storm restarts the server it started: not with --target")
             if opts.target:
                 credentials = json.loads(Path(opts.credentials).read_text())
                 servers = Servers([opts.target.rstrip("/")], opts.model_url, "remote")
@@ -292,7 +307,11 @@ def run(opts: Options, say: Say) -> dict[str, Any]:
                 stack = Stack(opts, procs, sampler, say)
                 stack.start()
                 credentials = stack.credentials
-                servers = Servers(stack.targets, stack.model_url, sc.layer, stack.metrics_token, stack.redis_url)
+                servers = Servers(
+                    stack.targets, stack.model_url, sc.layer, stack.metrics_token, stack.redis_url, stack.commands
+                )
+                if sc.name == "storm":
+                    check_storm(opts, stack.commands, len(stack.targets))
                 where = " ".join(stack.targets)
                 if len(stack.targets) > 1:
                     how = "each room on one, by hash" if sc.route == "hash" else "each room's members spread over them"

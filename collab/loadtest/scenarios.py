@@ -45,6 +45,7 @@ class Scenario:
     # `files` (issue 36): this share of the posts uploads a file first, a ~200 KB image and a
     # ~1 MB PDF in turn (collab/loadtest/files.py).
     file_share: float = 0.0
+    storm_share: float = 0.0  # storm: the share of rooms that post one long reply before the restart
     runs: int = 0  # > 0: that many posts per room, one after another, instead of Poisson arrivals
 
     @property
@@ -53,7 +54,7 @@ class Scenario:
 
     @property
     def idle(self) -> bool:
-        return self.offered <= 0
+        return self.offered <= 0 and self.name != "storm"
 
     def reply_s(self) -> float:
         if self.agent_script:  # a plan (<= 300 tokens), per round a step and a check, the answer
@@ -128,6 +129,20 @@ SCENARIOS: dict[str, Scenario] = {
         offered=0.5,
         duration_s=30.0,
         file_share=0.5,
+    ),
+    "storm": Scenario(
+        "storm",
+        "members idle in rooms, a few long replies streaming, then the server (or Redis) restarts:"
+        " every page reconnects with its back-off",
+        levels=[500],
+        members=10,
+        offered=0.0,
+        storm_share=0.1,
+        tps=100.0,
+        reply_tokens=3000,  # ~10 s (the app caps a reply near 1,000 tokens): streaming at the restart
+        duration_s=3.0,
+        layer="pubsub",
+        login="session",
     ),
     "idle": Scenario(
         "idle",

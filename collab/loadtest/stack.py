@@ -148,6 +148,7 @@ class Stack:
         self.redis_url = ""
         self.metrics_token = secrets.token_urlsafe(16)  # GET /metrics of each server process
         self.credentials: dict[str, Any] = {}
+        self.commands: dict[str, Any] = {}  # name -> (cmd, env): the storm starts them again
 
     @property
     def target(self) -> str:
@@ -218,6 +219,8 @@ class Stack:
                 "COLLAB_UPLOAD_REFILL_S": "0.001",
             }
         )
+        if sc.name == "storm":  # the restarted server drains this long (collab/chat/lifecycle.py)
+            env["COLLAB_DRAIN_S"] = f"{self.opts.storm_drain_s:g}"
         if self.opts.database_url:
             env["DATABASE_URL"] = self.opts.database_url
         else:
@@ -247,6 +250,7 @@ class Stack:
             name = "daphne" if n == 1 else f"daphne-{i}"
             cmd = [py, "-m", "collab.web", "-b", "127.0.0.1", "-p", str(port), self.opts.asgi_app]
             daphnes.append((name, self.procs.start(name, cmd, env)))
+            self.commands[name] = (cmd, dict(env))
             self.targets.append(f"http://127.0.0.1:{port}")
         for i, ((name, daphne), target) in enumerate(zip(daphnes, self.targets, strict=True)):
             wait_http(target + "/healthz", daphne, name)
@@ -324,12 +328,10 @@ class Stack:
                 return fallback
             raise RuntimeError("the scenario needs Redis: install redis-server or pass --redis URL")
         port = free_port()
-        proc = self.procs.start(
-            "redis",
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            env,
-        )
+        cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        proc = self.procs.start("redis", cmd, env)
         url = f"redis://127.0.0.1:{port}/0"
+        self.commands["redis"], self.commands["redis_url"] = (cmd, dict(env)), url
         deadline = time.monotonic() + 20
         while not redis_answers(url):
             if proc.poll() is not None or time.monotonic() > deadline:

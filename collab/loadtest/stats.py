@@ -32,6 +32,9 @@ HISTOGRAMS = (
     "member_tokens_per_s",  # tokens/s each member received per reply
     "reply_ms",  # post -> final article, at each member
     "connect_ms",  # WebSocket handshake -> snapshot frame
+    "storm_back_ms",  # storm: a reconnected socket's snapshot, ms after posting began (wall clock)
+    "storm_attempt_ms",  # storm: the start of its successful attempt -> that snapshot
+    "storm_resync_ms",  # storm: a fresh snapshot on a socket that stayed open, ms after posting began
 )
 
 COUNTERS = (

@@ -41,6 +41,7 @@ class ConnectionClosed(Exception):
     def __init__(self, code: int | None, reason: str = "") -> None:
         super().__init__(f"WebSocket closed (code {code}) {reason}".strip())
         self.code = code
+        self.reason = reason
 
 
 def _mask(payload: bytes, key: bytes) -> bytes:
@@ -62,6 +63,7 @@ class WebSocket:
         self._fragment_op = OP_TEXT
         self.closed = False
         self.close_code: int | None = None
+        self.close_reason = ""  # the close frame's reason (4429 carries ``retry=MS``)
 
     # --- opening ----------------------------------------------------------------------
 
@@ -120,7 +122,7 @@ class WebSocket:
             if out:
                 return out
             if self.closed:
-                raise ConnectionClosed(self.close_code)
+                raise ConnectionClosed(self.close_code, self.close_reason)
             try:
                 chunk = self.sock.recv(_RECV)
             except OSError as exc:
@@ -128,7 +130,7 @@ class WebSocket:
                 raise ConnectionClosed(None, str(exc)) from None
             if not chunk:
                 self.closed = True
-                raise ConnectionClosed(self.close_code, "connection lost")
+                raise ConnectionClosed(self.close_code, self.close_reason or "connection lost")
             if self._pos and self._pos == len(self._buf):
                 self._buf = bytearray(chunk)
                 self._pos = 0
@@ -185,6 +187,7 @@ class WebSocket:
                 self._send_frame(OP_PONG, payload)
             elif opcode == OP_CLOSE:
                 self.close_code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
+                self.close_reason = payload[2:].decode("utf-8", "replace")
                 if not self.closed:
                     self.closed = True
                     with contextlib.suppress(OSError):

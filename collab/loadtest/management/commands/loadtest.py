@@ -53,6 +53,12 @@ class Command(BaseCommand):
         parser.add_argument("--rooms", help="rooms per level; a list (4,8,16) makes a sweep")
         parser.add_argument("--sockets", help="idle: sockets per level, a list")
         parser.add_argument("--members", type=int, help="members per room")
+        parser.add_argument(
+            "--storm", choices=("server", "redis"), default="server", help="storm: restart the server or Redis"
+        )
+        parser.add_argument("--storm-after", type=float, default=2.0, help="storm: seconds from posting to the restart")
+        parser.add_argument("--storm-drain", type=float, default=2.0, help="storm: the old server's drain (s)")
+        parser.add_argument("--storm-share", type=float, help="storm: share of rooms streaming a reply at the restart")
         parser.add_argument("--offered", type=float, help="replies in flight per room, on average")
         parser.add_argument("--tps", type=float, help="the model's tokens/s")
         parser.add_argument("--ttft-ms", type=float, help="the model's time to first token")
@@ -150,6 +156,8 @@ class Command(BaseCommand):
             if o["target"]:
                 raise CommandError("--mcp starts and registers an MCP server: not with --target (nothing is started)")
             sc.mcp, sc.agent_script = o["mcp"], MCP_AGENT_SCRIPT
+        if o["storm_share"] is not None:
+            sc.storm_share = o["storm_share"]
         if o["rooms"]:
             if sc.idle:
                 raise CommandError("idle takes --sockets, not --rooms")
@@ -174,6 +182,9 @@ class Command(BaseCommand):
             seed=o["seed"],
             interactive=sys.stdout.isatty(),
             asgi_app=o["asgi_app"],
+            storm=o["storm"],
+            storm_after_s=o["storm_after"],
+            storm_drain_s=o["storm_drain"],
         )
         self.stdout.write(f"{sc.name}: {sc.summary}")
 
