@@ -255,6 +255,16 @@ def _tail_start(text: str, room: int) -> int:
     return lo
 
 
+def _kept(memo: dict[tuple[object, ...], str] | None, m: Message, how: tuple[object, ...], make: Any) -> str:
+    if memo is None or m.recipient_id is not None:  # a personal reply: its recipient's alone
+        return str(make())
+    key = (m.id, *how)
+    html = memo.get(key)
+    if html is None:
+        html = memo[key] = make()
+    return html
+
+
 def fit(
     messages: Sequence[Message],
     room: int,
@@ -263,6 +273,7 @@ def fit(
     live_texts: dict[int, str] | None = None,
     states: dict[int, str] | None = None,
     live_thinking: dict[int, str] | None = None,
+    memo: dict[tuple[object, ...], str] | None = None,
 ) -> Page:
     """The newest of `messages` (oldest first) whose articles fit `room` bytes.
 
@@ -272,7 +283,9 @@ def fit(
     the budget, else its tail (its thinking, `live_thinking`, likewise: at most
     ARTICLE_BYTES of it, from that half). Then,
     newest first, messages get their full article (cut to an excerpt over ARTICLE_BYTES)
-    while they fit; the first that does not ends the page."""
+    while they fit; the first that does not ends the page. `memo`: articles of shared
+    messages not streaming here, kept by the caller for the next page of the same
+    messages (a room's snapshots: services/snapshot_cache.py), by what they depend on."""
     live_texts = live_texts or {}
     states = states or {}
     askers = {m.id: m.author_name for m in messages if m.role == Message.Role.USER}
@@ -283,7 +296,7 @@ def fit(
     chosen: dict[int, str] = {}
     for i in range(live[0] if live else n, n):
         if messages[i].id not in live_texts:
-            chosen[i] = article(messages[i], compact=True)
+            chosen[i] = _kept(memo, messages[i], ("compact",), lambda m=messages[i]: article(m, compact=True))
     used = sum(size(a) for a in chosen.values())
     live_room = room // 2  # for live text: the newest messages keep the other half
     for i in reversed(live):
@@ -320,7 +333,10 @@ def fit(
     for i in reversed(range(n)):
         if messages[i].id in live_texts:
             continue
-        full = article(messages[i], limit=limit, edited=edited)
+        m = messages[i]
+        full = _kept(
+            memo, m, ("full", edited.get(m.reply_to_id or 0)), lambda m=m: article(m, limit=limit, edited=edited)
+        )
         extra = size(full) - (size(chosen[i]) if i in chosen else 0)
         if used + extra > room:
             break
@@ -339,6 +355,7 @@ def frame_snapshot(
     states: dict[int, str] | None = None,
     members_html: str = "",
     live_thinking: dict[int, str] | None = None,
+    memo: dict[tuple[object, ...], str] | None = None,
 ) -> tuple[str, Page]:
     """The room's recent messages, replacing the list: the first frame after (re)connect,
     sent with `members_html`; together they fit SNAPSHOT_BYTES. `states` are the labels
@@ -346,7 +363,15 @@ def frame_snapshot(
     context = {"mode": "replace", "has_older": True, "room_slug": room_slug, "oldest_seq": 2**62, "articles": []}
     shell = size(_messages.render(context).strip())
     room = budget("SNAPSHOT_BYTES") - shell - size(members_html)
-    page = fit(messages, room, has_older=has_older, live_texts=live_texts, states=states, live_thinking=live_thinking)
+    page = fit(
+        messages,
+        room,
+        has_older=has_older,
+        live_texts=live_texts,
+        states=states,
+        live_thinking=live_thinking,
+        memo=memo,
+    )
     context.update(has_older=page.has_older, oldest_seq=page.oldest_seq, articles=page.articles)
     return _messages.render(context).strip(), page
 

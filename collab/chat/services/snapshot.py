@@ -120,6 +120,7 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
         states=states,
         members_html=members_html,
         live_thinking=thinking,
+        memo=room.articles,
     )
     floors.update(thread_floors)
     return html, members_html, floors

@@ -18,7 +18,7 @@ member's personal replies are never here: each socket reads its own (services/sn
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -42,6 +42,9 @@ class RoomView:
     # A new recipient's first replies are stored with their question, whose frame moves
     # the stamp (replies/each.py): no recipient is missing from a current part.
     recipients: frozenset[int]
+    # The shared messages' articles as the snapshots render them (rendering.fit's memo):
+    # rendered by the first snapshot that shows each, then reused while the part is current.
+    articles: dict[tuple[object, ...], str] = field(default_factory=dict)
 
 
 def read(room_id: int) -> RoomView:
