@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -194,3 +195,13 @@ provider.save()
 room.assistants.add(Assistant.objects.create(handle="long", display_name="LONG", provider=provider, max_tokens=4000, available_to="everyone"))
 room.assistants.add(Assistant.objects.create(handle="short", display_name="SHORT", provider=provider, max_tokens=20, available_to="everyone"))
 """
+
+
+def metric(url: str, token: str, name: str) -> float:
+    """One line of a server process's /metrics (COLLAB_METRICS_TOKEN), 0 if absent."""
+    request = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return 0.0

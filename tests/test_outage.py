@@ -17,7 +17,6 @@ import socket
 import sqlite3
 import subprocess
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ import redis
 
 from collab.chat.lifecycle import HEARTBEAT_S
 from collab.simulator.testing import running_simulator_app
-from tests.cluster import SETUP, Browser, Cluster, Tab
+from tests.cluster import SETUP, Browser, Cluster, Tab, metric
 from tests.conftest import IN_CI
 from tests.servers import free_port, postgres_url, throwaway_database
 
@@ -250,15 +249,6 @@ def _rss_kb(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-def _metric(url: str, token: str, name: str) -> float:
-    request = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return 0.0
-
-
 def _stalled_socket(port: int) -> socket.socket:
     """A TCP socket with a small receive buffer, for a client that stops reading: its
     backlog then piles up on the server quickly."""
@@ -342,7 +332,7 @@ async def test_a_member_who_stops_reading_is_cut_off_and_the_others_keep_up(sim_
             not_yet = -math.inf  # (cut before the first answer: when is not known)
             while True:
                 asked = time.monotonic()
-                if await asyncio.to_thread(_metric, p1.url, token, "collab_sockets_too_slow_total") >= 1:
+                if await asyncio.to_thread(metric, p1.url, token, "collab_sockets_too_slow_total") >= 1:
                     break
                 not_yet = asked  # not cut when asked: the cut came later
                 await asyncio.sleep(0.02)  # the server's own count is the only witness
@@ -356,7 +346,7 @@ async def test_a_member_who_stops_reading_is_cut_off_and_the_others_keep_up(sim_
         async with asyncio.timeout(180):
             await asyncio.gather(post(), *(read(n, ws) for n, ws in enumerate(readers)))
         rss_after = _rss_kb(p1.proc.pid)
-        too_slow = _metric(p1.url, token, "collab_sockets_too_slow_total")
+        too_slow = metric(p1.url, token, "collab_sockets_too_slow_total")
         lags.sort()
         print(
             f"the other 9: p50 {lags[len(lags) // 2] * 1000:.0f} ms, p99 {lags[int(len(lags) * 0.99)] * 1000:.0f} ms "
@@ -375,7 +365,7 @@ async def test_a_member_who_stops_reading_is_cut_off_and_the_others_keep_up(sim_
         # connection, with no close frame: never a close with another code.
         assert code in (4408, None)
         async with asyncio.timeout(30):  # every socket, the cut one included, is let go
-            while _metric(p1.url, token, "collab_sockets_open") != 0:  # noqa: ASYNC110
+            while metric(p1.url, token, "collab_sockets_open") != 0:  # noqa: ASYNC110
                 await asyncio.sleep(0.2)  # the server's own count is the only witness
     finally:
         cluster.stop_all()

@@ -5,7 +5,6 @@ real openai client against the simulated model."""
 
 from __future__ import annotations
 
-import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -13,7 +12,7 @@ import pytest
 
 from collab.simulator.app import SimulatorApp
 from collab.simulator.testing import running_simulator_app
-from tests.cluster import PASSWORD, Browser, Cluster, Tab, postgres_cluster
+from tests.cluster import PASSWORD, Browser, Cluster, Tab, metric, postgres_cluster
 from tests.test_multiprocess import opened
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
@@ -87,15 +86,6 @@ def holds_frame(raw: str, reply_id: int) -> bool:
     return f'id="msg-{reply_id}"' in raw
 
 
-def _metric(url: str, token: str, name: str) -> float:
-    request = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return 0.0
-
-
 async def test_a_shared_snapshot_shows_each_member_their_own_personal_replies_only(cluster: Cluster) -> None:
     """Sockets that connect to a room while nothing changed share one read of its shared
     part (services/snapshot_cache.py); each still gets its own personal replies, and
@@ -117,8 +107,8 @@ async def test_a_shared_snapshot_shows_each_member_their_own_personal_replies_on
         await watch.until(lambda t: any(r.role == "user" for r in t.frames.replies.values()))
         read = "collab_snapshot_reads_total"
         before = (
-            _metric(p2.url, token, f'{read}{{source="shared"}}'),
-            _metric(p2.url, token, f'{read}{{source="read"}}'),
+            metric(p2.url, token, f'{read}{{source="shared"}}'),
+            metric(p2.url, token, f'{read}{{source="read"}}'),
         )
         # Each in turn, while nothing else happens in the room: one read of the shared part.
         shown: dict[str, list[str]] = {}
@@ -126,7 +116,7 @@ async def test_a_shared_snapshot_shows_each_member_their_own_personal_replies_on
             async with browser.open(p2) as ws:
                 (tab,) = await opened(ws)
                 shown[who] = tab.raw
-        after = _metric(p2.url, token, f'{read}{{source="shared"}}'), _metric(p2.url, token, f'{read}{{source="read"}}')
+        after = metric(p2.url, token, f'{read}{{source="shared"}}'), metric(p2.url, token, f'{read}{{source="read"}}')
         assert after[0] - before[0] >= 2 and after[1] - before[1] <= 2  # shared, not read each time
 
         def holds_reply(raw: list[str], reply_id: int) -> bool:

@@ -111,13 +111,17 @@ def stop_shards(servers: list[RedisServer]) -> None:
         server.stop()
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+def three_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+    """Three Redis servers for a module's tests (the `shards` fixture here and in
+    tests/test_sharded_cluster.py)."""
     servers = start_shards(3, tmp_path_factory.mktemp("shards"))
     try:
         yield servers
     finally:
         stop_shards(servers)
+
+
+shards = pytest.fixture(scope="module", name="shards")(three_servers)
 
 
 @pytest.fixture

@@ -18,7 +18,9 @@ from collab.simulator.app import SimulatorApp
 from tests import test_multiprocess as mp
 from tests.cluster import Browser, Cluster, Tab, postgres_cluster
 from tests.test_outage import RESYNCED_WITHIN_S
-from tests.test_sharded import RedisServer, start_shards, stop_shards
+from tests.test_sharded import RedisServer, three_servers
+
+shards_fixture = pytest.fixture(scope="module", name="shards")(three_servers)
 
 # test_multiprocess's fixtures and the tests that touch every sharded part, run here on
 # sharded Redis (this module's `cluster` fixture replaces that module's).
@@ -32,15 +34,6 @@ test_presence_across_processes = mp.test_presence_across_processes
 opened, streaming_with_text, the_reply = mp.opened, mp.streaming_with_text, mp.the_reply
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(180)]
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
-    servers = start_shards(3, tmp_path_factory.mktemp("shards"))
-    try:
-        yield servers
-    finally:
-        stop_shards(servers)
 
 
 @pytest.fixture
