@@ -9,6 +9,7 @@ once it has committed (`after_commit`): never a frame for a write that rolled ba
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable
@@ -77,6 +78,12 @@ async def piece_to_room(
     await _layer().group_send(group, frame)
 
 
+@functools.lru_cache(maxsize=4)
+def _server_count(url: str) -> int:
+    """How many Redis servers `REDIS_URL` names (read per piece: split once)."""
+    return len(split_urls(url))
+
+
 def _pubsub_target(group: str) -> tuple[str, Any] | None:
     """(the group's Redis channel, the layer's serializer) when one script may publish
     for the channel layer: channels_redis's pub/sub layer on the shared state's Redis
@@ -92,7 +99,7 @@ def _pubsub_target(group: str) -> tuple[str, Any] | None:
         if not isinstance(layer, RedisPubSubChannelLayer):
             return None
         loop_layer = layer._get_layer()
-        if len(loop_layer._shards) != len(split_urls(settings.REDIS_URL)):
+        if len(loop_layer._shards) != _server_count(settings.REDIS_URL):
             return None
         return loop_layer._get_group_channel_name(group), layer.serialize
     except (ImportError, AttributeError):  # channels_redis changed: the two-step path still works

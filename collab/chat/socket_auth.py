@@ -12,6 +12,7 @@ does).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -51,7 +52,8 @@ def _session(store: SessionBase) -> tuple[dict[str, Any], float | None]:
     return data, max(0.0, (row.expire_date - timezone.now()).total_seconds())
 
 
-def _with_room_sql() -> str:
+@functools.cache
+def _with_room_sql(vendor: str) -> str:  # made once per database vendor
     q = connection.ops.quote_name
     user, room, member, ban = (q(m._meta.db_table) for m in (User, Room, Membership, Ban))
     in_room = f"WHERE x.{q('room_id')} = r.{q('id')} AND x.{q('user_id')} = u.{q('id')}"
@@ -69,7 +71,7 @@ def _with_room(user_id: Any, slug: str) -> User | None:
     they are a member and whether they are banned from it: one query. Written as SQL: the
     ORM spent more time composing it than the database answering it (the connect path,
     docs/architecture.md)."""
-    return next(iter(User.objects.raw(_with_room_sql(), [slug, user_id])), None)
+    return next(iter(User.objects.raw(_with_room_sql(connection.vendor), [slug, user_id])), None)
 
 
 def admit(store: SessionBase, slug: str) -> Admitted | None:

@@ -57,7 +57,7 @@ def read(room_id: int) -> RoomView:
     header = rendering.room_status(row[0]) + rendering.room_name(row[1]) if row else rendering.room_status("open")
     return RoomView(
         recent,
-        threads.live_replies(room_id, None),
+        threads.live_replies(room_id),
         member_rows(room_id),
         panels.render_all(room_id, None, True),
         header,

@@ -129,11 +129,10 @@ def parent_for_view(room: Room, user_id: int, thread: int) -> Message | None:
     return seen.filter(pk=thread).first()
 
 
-def live_replies(room_id: int, user_id: int | None) -> list[Message]:
-    """The replies streaming in the room's threads that `user_id` sees (None: the shared
-    ones only), the newest LIVE_REPLIES, in seq order (database thread)."""
-    rows = Message.objects.filter(room_id=room_id, thread__isnull=False, status=Message.Status.STREAMING)
-    rows = rows.visible_to(user_id) if user_id is not None else rows.shared()
+def live_replies(room_id: int) -> list[Message]:
+    """The shared replies streaming in the room's threads, the newest LIVE_REPLIES, in seq
+    order (database thread); a member's own personal ones: services/snapshot.py's `personal`."""
+    rows = Message.objects.filter(room_id=room_id, thread__isnull=False, status=Message.Status.STREAMING).shared()
     return list(rows.select_related("recipient", "reply_to").order_by("-seq")[:LIVE_REPLIES])[::-1]
 
 

@@ -16,6 +16,7 @@ to the reader's user group (every tab, every process). No event per piece or per
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -91,10 +92,12 @@ def _unread(user_id: int) -> Q:
     return Q(deleted_at__isnull=True, version_hidden=False) & (Q(recipient__isnull=True) | Q(recipient_id=user_id))
 
 
-def _summary_sql() -> tuple[str, str]:
-    """The two queries of `summary`, as SQL: every socket's connect runs them, and the ORM
-    took longer to compose them than the database to answer (docs/architecture.md#a-connects).
-    Their filter is `_unread`'s, which the tests hold them to."""
+@functools.cache
+def _summary_sql(vendor: str) -> tuple[str, str, str]:
+    """The queries of `summary` and `room_ids`, as SQL (made once per database vendor):
+    every socket's connect runs them, and the ORM took longer to compose them than the
+    database to answer (docs/architecture.md#a-connects). Their filter is `_unread`'s,
+    which the tests hold them to."""
     q = connection.ops.quote_name
     msg, member, room = (q(m._meta.db_table) for m in (Message, Membership, Room))
     unread = (
@@ -103,13 +106,16 @@ def _summary_sql() -> tuple[str, str]:
         f" AND (x.{q('recipient_id')} IS NULL OR x.{q('recipient_id')} = m.{q('user_id')})"
         f" AND (x.{q('author_id')} IS NULL OR x.{q('author_id')} <> m.{q('user_id')})"
     )
-    rooms = (
-        f"SELECT m.{q('room_id')}, r.{q('slug')}, r.{q('name')}, m.{q('read_seq')}, r.{q('last_seq')},"
-        f" m.{q('notify')}, CASE WHEN r.{q('last_seq')} > m.{q('read_seq')}"
-        f" THEN (SELECT COUNT(*) FROM {msg} x WHERE {unread}) ELSE 0 END"
+    # The member's rooms in the sidebar's order (not archived, NAV_ROOMS at most).
+    theirs = (
         f" FROM {member} m JOIN {room} r ON r.{q('id')} = m.{q('room_id')}"
         f" WHERE m.{q('user_id')} = %s AND r.{q('status')} <> %s"
         f" ORDER BY r.{q('name')}, m.{q('room_id')} LIMIT {NAV_ROOMS}"
+    )
+    rooms = (
+        f"SELECT m.{q('room_id')}, r.{q('slug')}, r.{q('name')}, m.{q('read_seq')}, r.{q('last_seq')},"
+        f" m.{q('notify')}, CASE WHEN r.{q('last_seq')} > m.{q('read_seq')}"
+        f" THEN (SELECT COUNT(*) FROM {msg} x WHERE {unread}) ELSE 0 END" + theirs
     )
     # A mention is a person's (as the live count's, `activity`): an assistant's text is not
     # scanned. LOWER ... LIKE finds candidates; mentions_user decides.
@@ -119,14 +125,14 @@ def _summary_sql() -> tuple[str, str]:
         f" WHERE {unread} AND x.{q('role')} = %s AND LOWER(x.{q('text')}) LIKE %s ESCAPE '!'"
         f" AND x.{q('room_id')} IN ({{rooms}}) LIMIT {MENTION_SCAN}"
     )
-    return rooms, mentions
+    return rooms, mentions, f"SELECT m.{q('room_id')}" + theirs
 
 
 def summary(user_id: int, username: str) -> list[RoomUnread]:
     """The member's rooms (not archived; NAV_ROOMS at most, by name), each with its
     unread count and mention mark: one query, and a second only when some room has
     unread messages."""
-    rooms_sql, mentions_sql = _summary_sql()
+    rooms_sql, mentions_sql, _ids = _summary_sql(connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(rooms_sql, [user_id, Room.Status.ARCHIVED])
         rooms = {
@@ -284,16 +290,9 @@ async def announce(room_id: int, messages: list[Message]) -> None:
 
 def room_ids(user_id: int) -> list[int]:
     """The rooms whose activity a socket of this user follows (its sidebar's): the
-    summary's rooms (as SQL for the same reason as `_summary_sql`)."""
-    q = connection.ops.quote_name
-    member, room = (q(m._meta.db_table) for m in (Membership, Room))
+    summary's rooms (as SQL for the same reason: `_summary_sql`)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT m.{q('room_id')} FROM {member} m JOIN {room} r ON r.{q('id')} = m.{q('room_id')}"
-            f" WHERE m.{q('user_id')} = %s AND r.{q('status')} <> %s"
-            f" ORDER BY r.{q('name')}, m.{q('room_id')} LIMIT {NAV_ROOMS}",
-            [user_id, Room.Status.ARCHIVED],
-        )
+        cursor.execute(_summary_sql(connection.vendor)[2], [user_id, Room.Status.ARCHIVED])
         return [row[0] for row in cursor.fetchall()]
 
 
