@@ -18,7 +18,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
 from collab.bodycap import BodyCap  # noqa: E402
-from collab.chat.lifecycle import start_with_server  # noqa: E402
+from collab.chat.startup import start_with_server  # noqa: E402
 from collab.origins import OriginValidator  # noqa: E402
 from collab.routing import websocket_urlpatterns  # noqa: E402
 
@@ -29,4 +29,4 @@ application = ProtocolTypeRouter(
         "websocket": OriginValidator(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
-start_with_server()  # heartbeat, sweep, control listener, SIGTERM drain (collab/chat/lifecycle.py)
+start_with_server()  # heartbeat, sweep, control listener, SIGTERM drain (collab/chat/startup.py, lifecycle.py)

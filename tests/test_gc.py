@@ -1,4 +1,4 @@
-"""The server's garbage collector as `lifecycle.freeze_startup_heap` leaves it once the
+"""The server's garbage collector as `startup.freeze_startup_heap` leaves it once the
 reactor runs: the start-up heap out of its sight, the young generation collected less
 often (docs/benchmarks/2026-12-04.md#b-young-gc)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 
-from collab.chat.lifecycle import YOUNG_GC_THRESHOLD, freeze_startup_heap
+from collab.chat.startup import YOUNG_GC_THRESHOLD, freeze_startup_heap
 
 
 def test_the_start_up_heap_is_frozen_and_the_young_generation_collected_less_often() -> None:
