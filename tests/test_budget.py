@@ -24,7 +24,7 @@ from django.test import Client
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from collab.chat import rendering, shared
+from collab.chat import rendering, room_frames, shared
 from collab.chat.markup import render_markdown
 from collab.chat.models import Membership, Message, Room
 from collab.chat.services import rooms, snapshot
@@ -280,12 +280,12 @@ def test_member_list_is_capped_online_first() -> None:
     everyone: list[dict[str, Any]] = [
         {"user_id": i + 1, "username": f"user{i:03}", "role": "member", "online": i >= 495} for i in range(500)
     ]
-    frame = rendering.frame_members(everyone)
+    frame = room_frames.frame_members(everyone)
     listed = members(frame)
     assert len(listed) == rendering.BUDGETS["MEMBERS_LISTED"]
     assert [u for u, on in listed if on] == [f"user{i}" for i in range(495, 500)]
     assert 'data-more="400"' in frame and size(frame) < 32 * KIB
-    small = rendering.frame_members(everyone[:3])
+    small = room_frames.frame_members(everyone[:3])
     assert len(members(small)) == 3 and "data-more" not in small
 
 

@@ -26,9 +26,8 @@ from django.conf import settings
 from django.template.base import TextNode, Variable, VariableNode
 from django.template.loader import get_template
 
-from collab.chat import attached, frames
-from collab.chat.events import RoomFrame
-from collab.chat.models import Message, Room, room_order
+from collab.chat import attached
+from collab.chat.models import Message, room_order
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +37,6 @@ _older_page = get_template("chat/_older_page.html")
 _delta = get_template("chat/_frame_delta.html")
 _thinking = get_template("chat/_frame_thinking.html")
 _error = get_template("chat/_frame_error.html")
-_members = get_template("chat/_members.html")
-_presence = get_template("chat/_presence.html")
-_room_status = get_template("chat/_room_status.html")
-_room_name = get_template("chat/_room_name.html")
 _state = get_template("chat/_frame_state.html")
 
 KIB = 1024
@@ -393,43 +388,5 @@ def frame_state(message_id: int, text: str) -> str:
     return _state.render({"id": message_id, "text": text}).strip()
 
 
-def room_status(status: str, oob: bool = True) -> str:
-    """The room's status banner (locked, archived; empty when open)."""
-    return _room_status.render({"status": status, "oob": oob}).strip()
-
-
-def frame_room_status(room: Room) -> RoomFrame:
-    return frames.other(room_status(room.status))
-
-
-def room_name(name: str, oob: bool = True) -> str:
-    """The room's name: its page's heading, and (oob) its title."""
-    return _room_name.render({"name": name, "oob": oob}).strip()
-
-
-def frame_room_name(name: str) -> RoomFrame:
-    return frames.other(room_name(name))
-
-
 def frame_error(code: str, text: str) -> str:
     return _error.render({"code": code, "text": text}).strip()
-
-
-def members_listed(members: Sequence[dict[str, object]]) -> tuple[list[dict[str, object]], int]:
-    """At most MEMBERS_LISTED members, online ones first, in their order; and how many
-    more there are."""
-    cap = budget("MEMBERS_LISTED")
-    if len(members) <= cap:
-        return list(members), 0
-    keep = {id(p) for p in sorted(members, key=lambda p: not p["online"])[:cap]}
-    return [p for p in members if id(p) in keep], len(members) - cap
-
-
-def frame_members(members: Sequence[dict[str, object]]) -> str:
-    listed, more = members_listed(members)
-    return _members.render({"members": listed, "more": more, "oob": True}).strip()
-
-
-def frame_presence(members: Sequence[dict[str, object]]) -> str:
-    """Members whose presence changed: each one's entry of the list, swapped in by its id."""
-    return _presence.render({"members": members}).strip() if members else ""

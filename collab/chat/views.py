@@ -27,7 +27,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from collab.chat import attached, broadcast, history_views, markup, rendering, shared
+from collab.chat import attached, broadcast, history_views, markup, rendering, room_frames, shared
 from collab.chat import view_access as access
 from collab.chat.errors import ClientError
 from collab.chat.models import Membership, Message, Room
@@ -93,7 +93,7 @@ def room(request: HttpRequest, slug: str) -> HttpResponse:
         if moved:  # the member's other tabs and devices: their sidebars
             broadcast.to_user_after_commit(me.pk, unread.read_event(state))
     recent = snapshot.history(the_room, user_id=me.pk)
-    members, members_more = rendering.members_listed(
+    members, members_more = room_frames.members_listed(
         room_actions.members_of(the_room.id, shared.online_sync(the_room.id))
     )
     return render(

@@ -23,7 +23,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from collab.chat import broadcast, rendering, shared
+from collab.chat import broadcast, room_frames, shared
 from collab.chat.errors import ClientError
 from collab.chat.events import RoomClosed
 from collab.chat.models import AuditEntry, Ban, Membership, Message, Room
@@ -104,7 +104,7 @@ def _set_status(actor: Actor, room: Room, status: str, action: str, only_from: s
             record(actor, action, room)
         room.status = Room.objects.values_list("status", flat=True).get(pk=room.pk)
     if changed:
-        frame = rendering.frame_room_status(room)
+        frame = room_frames.frame_room_status(room)
         # Stored and audited whatever follows: with the layer away the pages learn it from
         # their next snapshot (robust: an on_commit failure is logged, not raised).
         broadcast.after_commit(room.pk, frame)
@@ -130,7 +130,7 @@ def renamed(actor: Actor, room: Room, before: str) -> None:
     """`room` was renamed from `before` (here, or by staff in the admin's room form): one
     audit row, in the change's transaction, and the name to its pages once it commits."""
     record(actor, "rename", room, detail=f"{before} -> {room.name}")
-    broadcast.after_commit(room.pk, rendering.frame_room_name(room.name))
+    broadcast.after_commit(room.pk, room_frames.frame_room_name(room.name))
 
 
 def lock(actor: Actor, room: Room) -> bool:

@@ -19,7 +19,7 @@ import logging
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from collab.chat import broadcast, frames, rendering, shared
+from collab.chat import broadcast, frames, rendering, room_frames, shared
 from collab.chat.services import snapshot_cache
 from collab.chat.services.rooms import member_rows, members_with
 
@@ -65,9 +65,9 @@ async def _tell(room_id: int) -> None:
         rows = room.members if room is not None else await database_sync_to_async(member_rows)(room_id)
         members = members_with(rows, online)
         if len(members) > rendering.budget("MEMBERS_LISTED"):
-            html = rendering.frame_members(members)
+            html = room_frames.frame_members(members)
         else:  # (a user who is no longer a member is in no list: nothing to tell of them)
-            html = rendering.frame_presence([m for m in members if m["user_id"] in users])
+            html = room_frames.frame_presence([m for m in members if m["user_id"] in users])
         if html:
             await broadcast.to_room(room_id, frames.other(html, ephemeral=True))
     except Exception:  # the layer or the database is away: the next snapshot shows who is online

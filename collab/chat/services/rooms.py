@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.utils.text import slugify
 
-from collab.chat import broadcast, frames, rendering, shared
+from collab.chat import broadcast, frames, room_frames, shared
 from collab.chat.errors import ClientError
 from collab.chat.events import MembershipEnded, RoomFrame
 from collab.chat.models import Assistant, Ban, Membership, Room, new_invite_token
@@ -49,14 +49,14 @@ def members_of(room_id: int, online: set[int] | None = None) -> list[dict[str, o
 
 
 def _members_frame(room_id: int, online: set[int]) -> RoomFrame:
-    return frames.other(rendering.frame_members(members_of(room_id, online)))
+    return frames.other(room_frames.frame_members(members_of(room_id, online)))
 
 
 async def announce_members(room_id: int, by: str = "") -> None:
     """The member list, with who is online, to the room; `by`: the socket that changed
     it (it is not sent the frame: its own snapshot already shows it)."""
     online = await shared.backend().online(room_id)
-    html = await database_sync_to_async(lambda: rendering.frame_members(members_of(room_id, online)))()
+    html = await database_sync_to_async(lambda: room_frames.frame_members(members_of(room_id, online)))()
     await broadcast.to_room(room_id, frames.other(html, by=by))
 
 

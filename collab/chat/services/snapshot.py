@@ -9,7 +9,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Q
 
-from collab.chat import attached, rendering, shared
+from collab.chat import attached, rendering, room_frames, shared
 from collab.chat.models import Message, Room
 from collab.chat.services import snapshot_cache, threads
 from collab.chat.services.rooms import members_with
@@ -111,7 +111,7 @@ async def snapshot(room_id: int, room_slug: str, user_id: int | None = None) -> 
             live_texts[m.id], thinking[m.id] = view.text, view.thinking
             states[m.id] = view.state
             floors[m.id], floors[-m.id] = len(view.text), len(view.thinking)
-    members_html = rendering.frame_members(members) + room.header_html + room.panels_html + thread_live
+    members_html = room_frames.frame_members(members) + room.header_html + room.panels_html + thread_live
     html, _page = rendering.frame_snapshot(
         messages,
         live_texts,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from collab.chat import attached, fanout, metrics, rendering
+from collab.chat import attached, fanout, metrics, room_frames
 from collab.chat.models import Message, Room
 from collab.chat.services import panels, threads
 from collab.chat.services.rooms import MemberRow, member_rows
@@ -54,7 +54,7 @@ def read(room_id: int) -> RoomView:
     recent = list(attached.with_files(qs.select_related("recipient")).order_by("-seq")[: limit + 1])[::-1]
     row = Room.objects.filter(pk=room_id).values_list("status", "name").first()
     # The room's status and name as they are now: a page that missed their frames catches up.
-    header = rendering.room_status(row[0]) + rendering.room_name(row[1]) if row else rendering.room_status("open")
+    header = room_frames.room_status(row[0]) + room_frames.room_name(row[1]) if row else room_frames.room_status("open")
     return RoomView(
         recent,
         threads.live_replies(room_id),
