@@ -1,4 +1,6 @@
-"""Rooms, their members and messages; assistants and the providers they call."""
+"""Rooms, their members and messages. The app's other models (assistants, providers, tools,
+MCP servers, files, reactions and votes) live in the *_models.py beside it and are
+re-exported here."""
 
 from __future__ import annotations
 
@@ -7,12 +9,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.urls import reverse
 
-from collab.chat import provider_env
+from collab.chat.assistant_models import Assistant
 from collab.chat.file_models import Attachment, AttachmentPart  # noqa: F401 (re-exported: part of this app's models)
 from collab.chat.mcp_models import McpCall, McpServer, McpTool  # noqa: F401 (re-exported: part of this app's models)
 from collab.chat.provider_models import (  # noqa: F401 (re-exported: part of this app's models)
@@ -26,99 +27,11 @@ from collab.chat.provider_models import (  # noqa: F401 (re-exported: part of th
     object_schema,
     tool_name_validator,
 )
-from collab.chat.reaction_models import Reaction  # noqa: F401 (re-exported: part of this app's models)
+from collab.chat.reaction_models import Reaction, Vote  # noqa: F401 (re-exported: part of this app's models)
 
 
 def new_invite_token() -> str:
     return secrets.token_urlsafe(24)
-
-
-class Assistant(models.Model):
-    handle = models.CharField(max_length=32, unique=True, validators=[handle_validator])
-    display_name = models.CharField(max_length=100)
-    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="assistants")
-    model = models.CharField(max_length=200, blank=True, help_text="Blank: the provider's default model.")
-    system_prompt = models.TextField(blank=True, default="You are a helpful assistant in a team chat room.")
-    temperature = models.FloatField(default=0.7, validators=[MinValueValidator(0), MaxValueValidator(2)])
-    max_tokens = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(1)])
-    is_default = models.BooleanField(default=False, help_text="Attached to every new room.")
-    is_agent = models.BooleanField(
-        "agent", default=False, help_text="Plans, calls tools, checks its steps and re-plans (within the budgets)."
-    )
-    agent_steps = models.PositiveSmallIntegerField(
-        default=8,
-        validators=[MinValueValidator(3), MaxValueValidator(50)],
-        help_text="Model calls per run (at least 3: a plan, a step, an answer).",
-    )
-    agent_tokens = models.PositiveIntegerField(
-        default=20000, validators=[MinValueValidator(100)], help_text="Completion tokens per run."
-    )
-    tools = models.ManyToManyField(
-        Tool, blank=True, related_name="assistants", help_text="HTTP tools it may call (the built-ins: always)."
-    )
-    mcp_tools = models.ManyToManyField(
-        McpTool,
-        blank=True,
-        related_name="assistants",
-        verbose_name="MCP tools",
-        help_text="MCP servers' tools it may call (offered while the server is enabled and the schema valid).",
-    )
-
-    # Images go to it as image parts; one that cannot see them gets a note that says so
-    # (chat/files/for_models.py). The embedded local model never sees them.
-    vision = models.BooleanField(
-        "sees images", default=True, help_text="Its model reads images (else it is told an image was attached)."
-    )
-
-    class Availability(models.TextChoices):
-        EVERYONE = "everyone", "every room"
-        GRANTED = "granted", "only the rooms granted below (by room, or by the owner's group)"
-
-    # Who may use it (services/availability.py; README "Security"): set by staff. New
-    # assistants are granted-only: one with HTTP tools or a provider's key reaches no
-    # self-made room until staff say so.
-    available_to = models.CharField(
-        "available to",
-        max_length=10,
-        choices=Availability.choices,
-        default=Availability.GRANTED,
-        help_text="Rooms whose owner may attach it (and in which it replies).",
-    )
-    granted_rooms: models.ManyToManyField[Room, Any] = models.ManyToManyField(
-        "Room", blank=True, related_name="granted_assistants", help_text="Granted-only: these rooms may use it."
-    )
-    granted_groups = models.ManyToManyField(
-        "auth.Group",
-        blank=True,
-        related_name="granted_assistants",
-        help_text="Granted-only: rooms owned by a member of these groups may use it.",
-    )
-
-    class Meta:
-        ordering = ["handle"]
-
-    def __str__(self) -> str:
-        return f"@{self.handle}"
-
-    def clean(self) -> None:
-        if self.is_default and self.available_to != self.Availability.EVERYONE:
-            raise ValidationError(
-                {"available_to": "A default assistant is attached to every new room: make it available to every room."}
-            )
-
-    @property
-    def model_name(self) -> str:
-        return self.model or self.provider.default_model
-
-    @property
-    def model_label(self) -> str:
-        """Its model as pages show it: the name, or what the embedded local model is
-        (provider_env.model_label; a template: `{{ message.model|model_label }}`)."""
-        return provider_env.model_label(self.model_name)
-
-    @property
-    def is_embedded_model(self) -> bool:
-        return provider_env.is_embedded_model(self.model_name)
 
 
 class Room(models.Model):
@@ -454,24 +367,3 @@ class RoomDefaults(models.Model):
 
     def __str__(self) -> str:
         return "Room defaults"
-
-
-class Vote(models.Model):
-    """One member's vote on one assistant reply; a new vote replaces it, "none" deletes it."""
-
-    class Value(models.TextChoices):
-        UP = "up"
-        DOWN = "down"
-
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="votes")
-    voter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="votes")
-    # Kept as written, like Message.author_name: the export and the admin read it after a rename.
-    voter_name = models.CharField(max_length=150)
-    value = models.CharField(max_length=4, choices=Value.choices)
-    at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["message", "voter"], name="one_vote_per_member")]
-
-    def __str__(self) -> str:
-        return f"{self.voter_name} {self.value} on {self.message_id}"

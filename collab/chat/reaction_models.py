@@ -1,5 +1,5 @@
-"""Emoji reactions on messages (docs/wire.md, "react"). Part of collab.chat's models
-(re-exported by models.py).
+"""Emoji reactions on messages (docs/wire.md, "react"), and votes on assistant replies.
+Part of collab.chat's models (re-exported by models.py).
 
 A Reaction row is one member's one emoji on one message: the record. What pages, frames,
 snapshots and exports show is `Message.reactions`, a summary recounted from these rows in
@@ -28,3 +28,24 @@ class Reaction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_name} {self.emoji} on {self.message_id}"
+
+
+class Vote(models.Model):
+    """One member's vote on one assistant reply; a new vote replaces it, "none" deletes it."""
+
+    class Value(models.TextChoices):
+        UP = "up"
+        DOWN = "down"
+
+    message = models.ForeignKey("chat.Message", on_delete=models.CASCADE, related_name="votes")
+    voter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="votes")
+    # Kept as written, like Message.author_name: the export and the admin read it after a rename.
+    voter_name = models.CharField(max_length=150)
+    value = models.CharField(max_length=4, choices=Value.choices)
+    at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["message", "voter"], name="one_vote_per_member")]
+
+    def __str__(self) -> str:
+        return f"{self.voter_name} {self.value} on {self.message_id}"
