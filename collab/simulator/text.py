@@ -25,6 +25,8 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from collab.simulator.vocabulary import CODE_TEMPLATES, FUNCS, INLINE_CODE, NAMES, STARTERS, WORDS
+
 __all__ = [
     "base_model",
     "count_prompt_tokens",
@@ -35,137 +37,6 @@ __all__ = [
     "text_seed",
     "thinking_tokens",
 ]
-
-_WORD_LIST = """
-    the a of to and in is that for it as with on this be are by an or from at
-    which you can we not will if but all more one when so each into your its
-    their there what also about some other than then only any both them these
-    way new first may like use used using data value values model models token
-    tokens request requests response server client stream streaming message
-    messages user users system network cache memory queue worker workers task
-    tasks function functions method class object list string number result
-    results error errors test tests example examples code file files state
-    event events update updates chat room rooms reply answer question simple
-    small large fast slow quickly carefully usually often rarely always never
-    important useful common practical reliable predictable consistent latency
-    throughput buffer connection protocol handler database query index schema
-    config option options setting default timeout retry limit budget approach
-    design pattern step steps process output input format markdown text line
-    lines block blocks word words character simply directly rather instead
-    however because although while until before after during between across
-    through without within around several many most few every another same
-    different specific general clear better good great well just even still
-    keep make makes made take takes give gives show shows run runs return
-    returns send sends receive receives handle handles check checks build
-    builds write writes read reads start starts stop stops wait waits need
-    needs want wants think consider note remember expect expects explain
-    describe compare measure improve reduce avoid allow allows support supports
-"""
-_WORDS: tuple[str, ...] = tuple(_WORD_LIST.split())
-
-_STARTERS: tuple[str, ...] = (
-    "Sure",
-    "Yes",
-    "Here",
-    "In",
-    "The",
-    "This",
-    "When",
-    "If",
-    "For",
-    "Most",
-    "One",
-    "A",
-    "To",
-    "Because",
-    "Each",
-    "Note",
-)
-
-_INLINE_CODE: tuple[str, ...] = (
-    "asyncio",
-    "await",
-    "yield",
-    "max_tokens",
-    "stream",
-    "None",
-    "json",
-    "dict",
-    "list",
-    "send()",
-    "recv()",
-    "timeout",
-    "retry",
-    "__init__",
-)
-
-_NAMES: tuple[str, ...] = (
-    "items",
-    "tokens",
-    "data",
-    "chunk",
-    "result",
-    "value",
-    "total",
-    "buffer",
-    "message",
-    "count",
-    "text",
-    "reply",
-    "state",
-    "queue",
-)
-
-_FUNCS: tuple[str, ...] = (
-    "process",
-    "render",
-    "collect",
-    "handle",
-    "parse",
-    "stream_reply",
-    "merge",
-    "count_words",
-    "split_lines",
-    "normalize",
-)
-
-_CODE_TEMPLATES: tuple[tuple[str, ...], ...] = (
-    (
-        "def {f}({a}):",
-        '    """Return the {b} for {a}."""',
-        "    {b} = []",
-        "    for {c} in {a}:",
-        "        if {c}:",
-        "            {b}.append({c})",
-        "    return {b}",
-    ),
-    (
-        "async def {f}({a}, timeout=5.0):",
-        "    async with asyncio.timeout(timeout):",
-        "        {b} = await {a}.read()",
-        "    return {b}.decode()",
-    ),
-    (
-        "import json",
-        "",
-        "{b} = json.loads({a})",
-        'print({b}.get("{c}", 0))',
-    ),
-    (
-        "class {F}:",
-        "    def __init__(self, {a}):",
-        "        self.{a} = {a}",
-        "",
-        "    def {f}(self):",
-        "        return len(self.{a})",
-    ),
-    (
-        "{b} = {{}}",
-        "for {c} in {a}:",
-        "    {b}[{c}] = {b}.get({c}, 0) + 1",
-        "print(sorted({b}.items()))",
-    ),
-)
 
 # How source text is cut into pieces: words/numbers keep one leading space,
 # runs of spaces (indentation) are one piece, newlines are their own pieces.
@@ -200,22 +71,22 @@ def _cut(source: str) -> list[str]:
 
 
 def _word(rng: random.Random) -> str:
-    return " " + rng.choice(_WORDS)
+    return " " + rng.choice(WORDS)
 
 
 def _sentence(rng: random.Random, n: int, *, fancy: bool = True) -> list[str]:
     """A sentence of exactly ``n`` pieces (``n >= 1``), first one unspaced."""
     if n == 1:
-        return [rng.choice(_STARTERS)]
-    out = [rng.choice(_STARTERS)]
+        return [rng.choice(STARTERS)]
+    out = [rng.choice(STARTERS)]
     body = n - 2  # pieces between the starter and the final punctuation
     while body > 0:
         r = rng.random()
         if fancy and body >= 3 and r < 0.06:
-            out += [" `", rng.choice(_INLINE_CODE), "`"]
+            out += [" `", rng.choice(INLINE_CODE), "`"]
             body -= 3
         elif fancy and body >= 3 and r < 0.10:
-            out += [" **", rng.choice(_WORDS), "**"]
+            out += [" **", rng.choice(WORDS), "**"]
             body -= 3
         elif body >= 2 and r < 0.16 and len(out) > 2:
             out += [",", _word(rng)]
@@ -240,7 +111,7 @@ def _paragraph(rng: random.Random) -> list[str]:
 
 
 def _heading(rng: random.Random) -> list[str]:
-    words = [rng.choice(_WORDS).capitalize() for _ in range(rng.randint(1, 4))]
+    words = [rng.choice(WORDS).capitalize() for _ in range(rng.randint(1, 4))]
     return [rng.choice(("##", "###"))] + [" " + w for w in words]
 
 
@@ -258,9 +129,9 @@ def _bullet_list(rng: random.Random) -> list[str]:
 
 
 def _code_block(rng: random.Random) -> list[str]:
-    template = rng.choice(_CODE_TEMPLATES)
-    a, b, c = rng.sample(_NAMES, 3)
-    f = rng.choice(_FUNCS)
+    template = rng.choice(CODE_TEMPLATES)
+    a, b, c = rng.sample(NAMES, 3)
+    f = rng.choice(FUNCS)
     names = {"a": a, "b": b, "c": c, "f": f, "F": f.title().replace("_", "")}
     source = "\n".join(line.format(**names) for line in template)
     return ["```", "python", "\n", *_cut(source), "\n", "```"]
