@@ -31,7 +31,7 @@ from collab.loadtest.frames import Frames
 from collab.loadtest.report import LATENCY_KEYS, REPORT_KEYS, knee_of, passes, summary, table
 from collab.loadtest.room import Post, RoomRun
 from collab.loadtest.route import Ring, room_path
-from collab.loadtest.sampler import Counters, Sampler, level_resources, loop_lag, receptions_per_frame
+from collab.loadtest.sampler import REDIS, Counters, Sampler, level_resources, loop_lag, receptions_per_frame
 from collab.loadtest.stats import Collector, Histogram, percentiles
 from collab.loadtest.wire import not_escaped, parse_frame, words_of_html, words_of_text
 from collab.loadtest.wsclient import ConnectionClosed, HandshakeError, WebSocket
@@ -514,6 +514,24 @@ def test_cpu_per_token_divides_the_windows_cpu_by_the_tokens_read_in_it() -> Non
     assert out["server_cpu_us_per_delivery"] == 500.0  # 2 CPU seconds over 4,000 deliveries
     assert out["server_cpu_us_per_token"] == 200.0  # the same 2 CPU seconds over 10,000 tokens
     assert out["server_cpu_us_per_token_level"] == 250.0  # 4 CPU seconds over the level's 16,000 tokens
+
+
+def test_a_redis_restart_in_a_level_reads_as_what_redis_did_since_never_as_negative() -> None:
+    sampler = Sampler()
+    sampler.watch("server/0", 1, group="server")
+    sampler.watch_redis("redis://127.0.0.1:1/0")  # not started: fed by hand
+    # Redis had used 50 CPU seconds; it restarts between 104 and 106 s and counts from 0.
+    for t, redis_cpu in [(100.0, 50.0), (102.0, 50.5), (104.0, 51.0), (106.0, 0.25), (110.0, 1.25)]:
+        sampler.samples.append((t, {"server/0": (t / 100, 50.0), "server": (t / 100, 50.0), REDIS: (redis_cpu, 9.0)}))
+    col = Collector()
+    col.window = [100.0, 110.0]
+    before = Counters(at=100.0, redis_calls={"publish": 900, "ping": 4}, redis_cpu_s=50.0, metrics=[None])
+    after = Counters(at=110.0, redis_calls={"publish": 30, "ping": 6}, redis_cpu_s=1.25, metrics=[None])
+    out = level_resources(sampler, col, {}, ["http://a"], before, after)
+    assert out["redis_cpu_percent"] == 22.5  # 1 s before the restart and 1.25 s after, over 10 s
+    assert out["redis_cpu_level_percent"] == 12.5  # only the ends known: the 1.25 s since the restart
+    assert out["redis_calls"] == {"publish": 30, "ping": 2}  # publish was reset: its 30 since
+    assert sampler.latest(REDIS, seconds=8.0)[0] == 21.875  # 0.5 + 0.25 + 1 over the last 8 s
 
 
 def test_loop_lag_reads_the_probe_histograms_growth_over_the_level() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import threading
 import time
 import urllib.error
@@ -130,7 +131,8 @@ class Sampler(threading.Thread):
         if first is last:
             first = samples[-2]
         dt = last[0] - first[0]
-        cpu = (last[1][name][0] - first[1][name][0]) / dt * 100 if dt > 0 else None
+        used = _used(name, [s[1][name][0] for s in samples if first[0] <= s[0] <= last[0]])
+        cpu = used / dt * 100 if dt > 0 else None
         return cpu, last[1][name][1]
 
     def window(self, name: str, start: float, end: float) -> tuple[float | None, float | None]:
@@ -140,9 +142,26 @@ class Sampler(threading.Thread):
             return None, None
         first, last = inside[0], inside[-1]
         dt = last[0] - first[0]
-        cpu = (last[1][name][0] - first[1][name][0]) / dt * 100 if dt > 0 else None
+        cpu = _used(name, [s[1][name][0] for s in inside]) / dt * 100 if dt > 0 else None
         rss = max(s[1][name][1] for s in inside)
         return (round(cpu, 1) if cpu is not None else None), round(rss, 1)
+
+
+def increase(series: Sequence[float]) -> float:
+    """How much a counter grew over its reads, in order. A counter that went down was
+    reset (its Redis or server process restarted: the storm scenario does both), so its
+    new value is what it grew since; Prometheus' increase() reads a reset the same way."""
+    grown = 0.0
+    for was, now in itertools.pairwise(series):
+        grown += now - was if now >= was else now
+    return grown
+
+
+def _used(name: str, cpu_s: Sequence[float]) -> float:
+    """CPU seconds used over one watched name's reads. Redis' counter is one process's,
+    reset when it restarts; a process tree's is the sum over its live processes, which
+    drops by a child's whole share when that child exits: no reset to read, only the ends."""
+    return increase(cpu_s) if name == REDIS else cpu_s[-1] - cpu_s[0]
 
 
 # --- Redis --------------------------------------------------------------------------------------
@@ -274,7 +293,7 @@ def level_resources(
     if before.redis_calls is not None and after.redis_calls is not None:
         was = before.redis_calls
         # INFO is left out: the run's own reads (this sampler, these counters).
-        calls = {cmd: n - was.get(cmd, 0) for cmd, n in after.redis_calls.items() if cmd != "info"}
+        calls = {cmd: int(increase([was.get(cmd, 0), n])) for cmd, n in after.redis_calls.items() if cmd != "info"}
         calls = dict(sorted(((k, n) for k, n in calls.items() if n > 0), key=lambda kv: (-kv[1], kv[0])))
         out["redis_calls"] = calls
         replies = col.counts.get("replies_completed", 0)
@@ -282,7 +301,7 @@ def level_resources(
             per = {cmd: round(n / replies, 2) for cmd, n in calls.items()}
             out["redis_ops_per_reply"] = {"total": round(sum(calls.values()) / replies, 2), **per}
     if before.redis_cpu_s is not None and after.redis_cpu_s is not None and after.at > before.at:
-        used = after.redis_cpu_s - before.redis_cpu_s
+        used = increase([before.redis_cpu_s, after.redis_cpu_s])
         out["redis_cpu_level_percent"] = round(used / (after.at - before.at) * 100, 1)
     return out
 
@@ -378,7 +397,7 @@ def _grown(m0: Mapping[str, float] | None, m1: Mapping[str, float] | None, prefi
     if m0 is None or m1 is None:
         return None
     now = sum(v for k, v in m1.items() if k.startswith(prefix))
-    return int(now - sum(v for k, v in m0.items() if k.startswith(prefix)))
+    return int(increase([sum(v for k, v in m0.items() if k.startswith(prefix)), now]))
 
 
 def slope_kb(points: Sequence[tuple[int, float]]) -> float | None:
