@@ -27,7 +27,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from collab.loadtest.frames import Frames
 from collab.loadtest.wire import member_list
 from tests.conftest import require_redis
-from tests.servers import login, manage, postgres_url, start_daphne, stored_replies, throwaway_database
+from tests.servers import login, manage, migrate, postgres_url, start_daphne, stored_replies, throwaway_database
 
 PASSWORD = "cluster-pw-123"
 
@@ -52,7 +52,7 @@ def postgres_cluster(sim_url: str, prefix: str, setup: str = "", **extra_env: st
         }
         env.pop("COLLAB_SHARED_REDIS_URL", None)
         cluster = Cluster(env)
-        cluster.manage("migrate", "-v0")
+        migrate(cluster.env)
         cluster.manage("shell", "-c", SETUP + setup)
         try:
             yield cluster

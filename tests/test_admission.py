@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 from collab.chat import admission, socket_auth
 from collab.chat.lifecycle import runtime
 from tests.conftest import World, connected, member
-from tests.servers import Daphne, manage, running_daphne
+from tests.servers import Daphne, migrate, running_daphne
 
 
 class Clock:
@@ -153,7 +153,7 @@ def tight_daphne(tmp_path: Path) -> Iterator[Daphne]:
     }
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
-    manage(env, "migrate", "-v0")
+    migrate(env)
     with running_daphne(env) as server:
         yield server
 

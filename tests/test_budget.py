@@ -31,7 +31,7 @@ from collab.chat.services import rooms, snapshot
 from collab.loadtest.frames import Frames
 from collab.loadtest.wire import SNAPSHOT_PREFIX, articles, members
 from tests.conftest import World, member
-from tests.servers import login, manage, running_daphne
+from tests.servers import login, manage, migrate, running_daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -320,7 +320,7 @@ def flood_daphne(tmp_path: Path) -> Iterator[str]:
     env.setdefault("COLLAB_HTTPS", "0")
     for name in ("DATABASE_URL", "REDIS_URL"):
         env.pop(name, None)
-    manage(env, "migrate", "-v0")
+    migrate(env)
     manage(env, "shell", "-c", FLOOD_SETUP)
     with running_daphne(env) as server:
         yield server.url

@@ -24,7 +24,7 @@ from collab.simulator.config import SimConfig
 from collab.simulator.server import bind_socket, build_server
 from collab.simulator.text import expected_text
 from tests.conftest import require_redis
-from tests.servers import login, manage, running_daphne, stored_replies, throwaway_database, wait_http
+from tests.servers import login, manage, migrate, running_daphne, stored_replies, throwaway_database, wait_http
 
 pytestmark = pytest.mark.e2e
 
@@ -135,7 +135,7 @@ def daphne(
         # reply of an earlier run stays "ended" in Redis for a minute (shared.KEEP_ENDED_S),
         # which would silence this run's reply of the same id.
         env["COLLAB_REDIS_PREFIX"] = f"e2e{uuid.uuid4().hex[:8]}:"
-    manage(env, "migrate", "-v0")
+    migrate(env)
     out = manage(env, "shell", "-c", SETUP + "from django.db import connection\nprint('vendor', connection.vendor)\n")
     assert f"vendor {vendor}" in out.splitlines(), out  # the database meant
     with running_daphne(env) as server:

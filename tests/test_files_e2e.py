@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests import file_samples as samples
-from tests.servers import manage, running_daphne
+from tests.servers import manage, migrate, running_daphne
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +53,7 @@ def server(media: Path) -> Iterator[str]:
     env.setdefault("COLLAB_HTTPS", "0")
     for name in ("DATABASE_URL", "REDIS_URL"):
         env.pop(name, None)
-    manage(env, "migrate", "-v0")
+    migrate(env)
     manage(env, "shell", "-c", SETUP)
     with running_daphne(env) as daphne:
         yield daphne.url

@@ -29,7 +29,7 @@ from collab.chat.lifecycle import HEARTBEAT_S
 from collab.simulator.testing import running_simulator_app
 from tests.cluster import SETUP, Browser, Cluster, Tab, metric
 from tests.conftest import IN_CI
-from tests.servers import free_port, postgres_url, throwaway_database
+from tests.servers import free_port, migrate, postgres_url, throwaway_database
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -144,7 +144,7 @@ async def test_redis_restart_mid_reply_loses_nothing_and_every_member_converges(
     with throwaway_database(postgres_url()) as database_url:
         env = {**base_env(sim_url), "DATABASE_URL": database_url, "REDIS_URL": own_redis.url}
         cluster = Cluster(env)
-        cluster.manage("migrate", "-v0")
+        migrate(cluster.env)
         cluster.manage("shell", "-c", SETUP)
         cluster.manage("shell", "-c", MEDIUM)
         try:
@@ -198,7 +198,7 @@ async def test_kill_9_of_the_only_process_keeps_the_text_it_had_checkpointed(sim
     db = tmp_path / "db.sqlite3"
     env = {**base_env(sim_url), "COLLAB_SQLITE_PATH": str(db)}
     cluster = Cluster(env)
-    cluster.manage("migrate", "-v0")
+    migrate(cluster.env)
     cluster.manage("shell", "-c", SETUP)
     try:
         p1 = cluster.start("P1")
@@ -272,7 +272,7 @@ async def test_a_member_who_stops_reading_is_cut_off_and_the_others_keep_up(sim_
         "COLLAB_SOCKET_BACKLOG_BYTES": str(256 * 1024),
     }
     cluster = Cluster(env)
-    cluster.manage("migrate", "-v0")
+    migrate(cluster.env)
     cluster.manage("shell", "-c", SETUP)
     try:
         p1 = cluster.start("P1")

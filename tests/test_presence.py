@@ -18,6 +18,7 @@ from collab.loadtest.wire import member_list
 from collab.simulator.testing import running_simulator_app
 from tests.cluster import SETUP, Browser, Cluster, Tab
 from tests.conftest import Member, World, member, require_redis
+from tests.servers import migrate
 
 
 def listed(m: Member) -> dict[str, bool]:
@@ -72,7 +73,7 @@ def cluster(sim_url: str, tmp_path: os.PathLike[str]) -> Iterator[Cluster]:
     env.pop("DATABASE_URL", None)
     env.pop("COLLAB_SHARED_REDIS_URL", None)
     cluster = Cluster(env)
-    cluster.manage("migrate", "-v0")
+    migrate(cluster.env)
     cluster.manage("shell", "-c", SETUP)
     try:
         yield cluster

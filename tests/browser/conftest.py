@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.servers import ROOT, Daphne, free_port, login, manage, start_daphne
+from tests.servers import ROOT, Daphne, free_port, login, manage, migrate, start_daphne
 
 if TYPE_CHECKING:
     from collab.simulator.app import SimulatorApp
@@ -138,7 +138,7 @@ def running_site(browser_sim: str, tmp_path_factory: pytest.TempPathFactory, **s
     }
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
-    manage(env, "migrate", "-v0")
+    migrate(env)
     port = free_port()
     site = Site(f"http://127.0.0.1:{port}", env, port)
     site.shell(SETUP)

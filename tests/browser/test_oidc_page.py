@@ -15,7 +15,7 @@ import pytest
 
 from tests.browser.conftest import axe_violations, screenshot
 from tests.oidc import LoopbackProvider, running_provider
-from tests.servers import Daphne, manage, start_daphne
+from tests.servers import Daphne, migrate, start_daphne
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.timeout(180)]
 
@@ -34,7 +34,7 @@ def sso_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daphne,
         }
         env.pop("DATABASE_URL", None)
         env.pop("REDIS_URL", None)
-        manage(env, "migrate", "-v0")
+        migrate(env)
         server = start_daphne(env)
         try:
             yield server, idp
