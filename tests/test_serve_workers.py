@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from collab import deploy
 from collab.chat import provider_env
 from collab.chat.management.commands import serve
 from collab.loadtest.frames import Frames
+from collab.loadtest.route import Ring, room_path
 from tests.conftest import IN_CI, require_redis
 from tests.servers import free_port_run, login, wait_http
 
@@ -277,6 +279,26 @@ def test_two_workers_behind_nginx(tmp_path: Path) -> None:
 
             frames = asyncio.run(snapshot_through(base, session))
             assert frames.snapshots == 1
+
+            # Each room's sockets go where the load generator's ring (collab/loadtest/route.py)
+            # says nginx sends them: 24 rooms that do not exist (Daphne answers 404, which
+            # nginx does not retry elsewhere), each on the one worker the ring names.
+            workers = [f"127.0.0.1:{port + 1}", f"127.0.0.1:{port + 2}"]
+            slugs = [f"ring-{i}" for i in range(24)]
+            for slug in slugs:
+                with pytest.raises(urllib.error.HTTPError) as refused:
+                    urllib.request.urlopen(f"{base}{room_path(slug)}", timeout=5)
+                refused.value.close()
+                assert refused.value.code == 404
+            log_lines = (state / "access.log").read_text().splitlines()
+            seen = {
+                m[1]: m[2] for m in (re.search(r"GET /ws/rooms/([^/]+)/ .* upstream=(\S+)", x) for x in log_lines) if m
+            }
+            ring = Ring(workers)
+            assert {slug: seen[slug] for slug in slugs} == {
+                slug: workers[ring.server_of(room_path(slug))] for slug in slugs
+            }
+            assert len({seen[slug] for slug in slugs}) == 2  # both workers hold rooms
 
             nginx = [p for p in psutil.Process(serve.pid).children(recursive=True) if p.name() == "nginx"]
             assert len(nginx) >= 2, "expected nginx's master and worker"

@@ -7,9 +7,9 @@ deployment (deploy/nginx.conf, docs/architecture/processes.md, "Rooms kept toget
 
 The ring follows nginx's consistent hash (ngx_http_upstream_hash_module, ketama): 160
 points per server, each the CRC-32 of "HOST\\0PORT" and the previous point, and a key goes
-to the first point at or after its CRC-32. It is written from that description and was
-not compared with a running nginx: the load test needs the same idea (a room on one
-process, rooms spread over them), not the same process for a given room.
+to the first point at or after its CRC-32. Written from that description, it names the
+worker a running nginx picks: tests/test_serve_workers.py compares them room by room
+through `serve --workers 2` and nginx's access log.
 """
 
 from __future__ import annotations
