@@ -98,7 +98,8 @@ class Inbox:
     """What Daphne and channels_redis's pub/sub layer ask of their `asyncio.Queue`:
     `put_nowait` and `get`, unbounded. An item stays queued until a `get` returns it
     (a getter cancelled after being woken loses nothing); every waiting getter is woken
-    by a put and those that find nothing wait again. Nothing is held while empty."""
+    by a put and those that find nothing wait again. Nothing is held while empty. No
+    `__len__`: Daphne's HTTP protocol tests its queue for truth, as a Queue always is."""
 
     __slots__ = ("_items", "_waiters")
 

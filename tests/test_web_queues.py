@@ -16,6 +16,7 @@ from collab.web import Inbox, slim_queues
 
 async def test_items_come_out_in_order_and_nothing_is_held_when_empty() -> None:
     inbox = Inbox()
+    assert inbox  # Daphne's HTTP protocol tests its queue for truth: true even when empty
     assert inbox.empty() and inbox.qsize() == 0
     for i in range(3):
         inbox.put_nowait(i)
