@@ -103,7 +103,13 @@ class RoomConsumer(AsyncWebsocketConsumer):
             await self.disconnect(1011)
             raise
         loop = asyncio.get_running_loop()
-        self._session_watch = loop.create_task(self._watch_session(found.session_left))
+        left = found.session_left
+        if left is not None and left > 0 and not self._gone:
+            # Known from the connect (socket_auth.py): the timer alone. A task, even done,
+            # is kept for the socket's life (docs/benchmarks/2026-12-06.md#b-issue-38).
+            self._expiry = loop.call_later(min(left + 1, 30 * 86400), self._rewatch)
+        else:
+            self._session_watch = loop.create_task(self._watch_session(left))
 
     async def _send_snapshot(self) -> None:
         """Join the room's groups, then send its snapshot. Joining first: every frame sent

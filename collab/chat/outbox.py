@@ -33,6 +33,12 @@ CLOSE_TOO_SLOW = 4408  # docs/wire.md: the socket fell too far behind; the page 
 
 
 class Outbox:
+    # One per socket, for its life: no instance dict (docs/benchmarks/2026-12-06.md#b-issue-38).
+    __slots__ = (
+        "_as_built", "_bytes", "_closing", "_max_frame", "_on_overflow", "_protocol", "_queue", "_send",
+        "_task", "_wake", "max_bytes", "max_frames", "overflowed", "paused",
+    )  # fmt: skip
+
     def __init__(
         self, send: Callable[[str], Awaitable[None]], on_overflow: Callable[[], Coroutine[Any, Any, None]]
     ) -> None:

@@ -76,7 +76,7 @@ def activity(room_id: int, messages: list[Message]) -> Activity:
 # --- what is unread (database thread) --------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)  # one per room in every socket's sidebar (Tracker)
 class RoomUnread:
     room_id: int
     slug: str
@@ -229,7 +229,7 @@ def list_html(rooms: list[RoomUnread], current: int | None, oob: bool = False) -
 # --- one socket's view of its user's rooms (in memory) ---------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Tracker:
     """What one socket's sidebar shows, kept current from the events (no database)."""
 
@@ -298,6 +298,8 @@ def room_ids(user_id: int) -> list[int]:
 
 class Sidebar:
     """One socket's sidebar: the activity groups it follows and what it shows (Tracker)."""
+
+    __slots__ = ("channel", "followed", "tracker")  # one per socket, for its life
 
     def __init__(self, channel: str) -> None:
         self.channel = channel
