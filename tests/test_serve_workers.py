@@ -166,6 +166,7 @@ def serving(
     env = {
         **os.environ,
         "REDIS_URL": require_redis(),
+        "COLLAB_REDIS_PREFIX": f"serve{os.urandom(4).hex()}:",  # never another run's room 1
         "COLLAB_SQLITE_PATH": str(tmp_path / "serve.sqlite3"),
         "COLLAB_LOCAL_MODEL_URL": f"http://127.0.0.1:{model_port}/v1",
         "PYTHONUNBUFFERED": "1",

@@ -179,6 +179,10 @@ class Stack:
         if sc.layer != "memory":
             self.redis_url = self._start_redis(env)
             env["REDIS_URL"] = self.redis_url
+            # Keys and channel names of this run alone: on a Redis it shares (`--redis URL`,
+            # `env`), another run or a deployment keeps the default prefix and its own room 1,
+            # and each would receive the other's frames as its own.
+            env["COLLAB_REDIS_PREFIX"] = f"loadtest-{os.urandom(4).hex()}:"
             self.sampler.watch_redis(self.redis_url)
             env["COLLAB_REDIS_LAYER"] = "core" if sc.layer == "core" else "pubsub"
         # The simulated model.
