@@ -188,7 +188,8 @@ async def test_stop_mid_run_keeps_what_was_done(world: World) -> None:
 async def test_a_stop_mid_call_counts_that_calls_tokens(world: World) -> None:
     await agent(world, model="sim+slow")
     async with member(world.alice) as alice:
-        reply_id = await asked(alice, "@planner plan slowly")
+        # {{hold}}: a plan still streaming whenever the stop comes, however loaded the machine.
+        reply_id = await asked(alice, "@planner plan slowly {{hold}}")
         await alice.until(lambda f: len(thinking_seen(alice, reply_id)[1]) >= 3)  # mid-plan
         await alice.send(action="stop", message_id=reply_id)
         await alice.until(finished(reply_id, "stopped"))
