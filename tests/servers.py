@@ -10,6 +10,7 @@ user's process manager would.
 
 from __future__ import annotations
 
+import functools
 import http.cookiejar
 import json
 import os
@@ -127,6 +128,7 @@ def migrate(env: dict[str, str]) -> None:
     _copy_sqlite(_sqlite_template(env), Path(target))
 
 
+@functools.cache
 def _migrations_key() -> str:
     """What a migrated database depends on: Django's version and the text of every
     installed app's migrations (this project's and the libraries')."""
@@ -151,12 +153,15 @@ def _maintenance(url: str) -> Iterator[Any]:
         yield conn
 
 
+_TEMPLATE_LOCK = "collab tests: migrated template"  # one maker per PostgreSQL server
+
+
 def _postgres_template(url: str, env: dict[str, str]) -> str:
     """The migrated template database's name on that server, made if missing. PostgreSQL
     copies a database only while nobody is connected to it: only its migrate ever is."""
     name = f"collab_template_{_migrations_key()}"
     with _maintenance(url) as conn:
-        conn.execute("SELECT pg_advisory_lock(hashtext('collab tests: migrated template'))")
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (_TEMPLATE_LOCK,))
         try:
             if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
                 building = f"{name}_building"
@@ -172,7 +177,7 @@ def _postgres_template(url: str, env: dict[str, str]) -> str:
                 ).fetchall():
                     conn.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
         finally:
-            conn.execute("SELECT pg_advisory_unlock(hashtext('collab tests: migrated template'))")
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (_TEMPLATE_LOCK,))
     return name
 
 
